@@ -1,0 +1,353 @@
+//! Resolves the kernel struct offsets the eBPF programs need from the running
+//! kernel's BTF, so that no offset is ever compiled in for one kernel.
+
+use std::{
+    collections::HashMap,
+    fmt, fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use qpwatch_common::KernelOffsets;
+use thiserror::Error;
+
+use crate::btf::{Btf, BtfError};
+
+pub const DEFAULT_BTF_DIR: &str = "/sys/kernel/btf";
+
+/// One struct member the programs read.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldSpec {
+    /// Module whose BTF defines the struct (`vmlinux` for the core kernel).
+    pub module: &'static str,
+    pub structure: &'static str,
+    /// Dot-separated member path.
+    pub path: &'static str,
+    /// Size the program reads; the kernel's field must have exactly this size.
+    pub size: u32,
+}
+
+impl fmt::Display for FieldSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.structure, self.path)
+    }
+}
+
+const fn field(
+    module: &'static str,
+    structure: &'static str,
+    path: &'static str,
+    size: u32,
+) -> FieldSpec {
+    FieldSpec {
+        module,
+        structure,
+        path,
+        size,
+    }
+}
+
+pub const IB_QP_DEVICE: FieldSpec = field("ib_core", "ib_qp", "device", 8);
+pub const IB_QP_QP_NUM: FieldSpec = field("ib_core", "ib_qp", "qp_num", 4);
+pub const IB_QP_QP_TYPE: FieldSpec = field("ib_core", "ib_qp", "qp_type", 4);
+pub const IB_PD_DEVICE: FieldSpec = field("ib_core", "ib_pd", "device", 8);
+/// `char name[IB_DEVICE_NAME_MAX]`.
+pub const IB_DEVICE_NAME: FieldSpec = field(
+    "ib_core",
+    "ib_device",
+    "name",
+    qpwatch_common::DEVICE_NAME_LEN as u32,
+);
+pub const IB_QP_ATTR_QP_STATE: FieldSpec = field("ib_core", "ib_qp_attr", "qp_state", 4);
+pub const IB_QP_INIT_ATTR_QP_TYPE: FieldSpec = field("ib_core", "ib_qp_init_attr", "qp_type", 4);
+
+#[derive(Debug, Error)]
+pub enum OffsetError {
+    #[error("cannot read BTF {path}: {source} (kernel {kernel}; is the module loaded and CONFIG_DEBUG_INFO_BTF_MODULES set?)")]
+    Read {
+        path: PathBuf,
+        kernel: String,
+        source: std::io::Error,
+    },
+    #[error("cannot parse BTF {path}: {source} (kernel {kernel})")]
+    Parse {
+        path: PathBuf,
+        kernel: String,
+        source: Box<BtfError>,
+    },
+    #[error("kernel {kernel}: field {field} not found in {} BTF: {source}", field.module)]
+    Missing {
+        field: FieldSpec,
+        kernel: String,
+        source: Box<BtfError>,
+    },
+    #[error("kernel {kernel}: field {field} is {actual} bytes, qpwatch reads {expected}")]
+    WrongSize {
+        field: FieldSpec,
+        kernel: String,
+        actual: u32,
+        expected: u32,
+    },
+}
+
+/// BTF of the running kernel, loaded lazily per module.
+pub struct KernelBtf {
+    dir: PathBuf,
+    kernel: String,
+    vmlinux: Option<Arc<Btf>>,
+    modules: HashMap<&'static str, Arc<Btf>>,
+}
+
+impl KernelBtf {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            kernel: kernel_release(),
+            vmlinux: None,
+            modules: HashMap::new(),
+        }
+    }
+
+    pub fn kernel(&self) -> &str {
+        &self.kernel
+    }
+
+    fn load(&self, name: &str, base: Option<Arc<Btf>>) -> Result<Btf, OffsetError> {
+        let path = self.dir.join(name);
+        let data = fs::read(&path).map_err(|source| OffsetError::Read {
+            path: path.clone(),
+            kernel: self.kernel.clone(),
+            source,
+        })?;
+        let parsed = match base {
+            Some(base) => Btf::parse_split(&data, base),
+            None => Btf::parse(&data),
+        };
+        parsed.map_err(|source| OffsetError::Parse {
+            path,
+            kernel: self.kernel.clone(),
+            source: Box::new(source),
+        })
+    }
+
+    fn vmlinux(&mut self) -> Result<Arc<Btf>, OffsetError> {
+        if let Some(btf) = &self.vmlinux {
+            return Ok(Arc::clone(btf));
+        }
+        let btf = Arc::new(self.load("vmlinux", None)?);
+        self.vmlinux = Some(Arc::clone(&btf));
+        Ok(btf)
+    }
+
+    /// BTF in which `module`'s types are visible. A module built into the kernel
+    /// has no file of its own; its types are then in vmlinux.
+    fn module(&mut self, module: &'static str) -> Result<Arc<Btf>, OffsetError> {
+        let vmlinux = self.vmlinux()?;
+        if module == "vmlinux" {
+            return Ok(vmlinux);
+        }
+        if let Some(btf) = self.modules.get(module) {
+            return Ok(Arc::clone(btf));
+        }
+        if !self.dir.join(module).exists() && vmlinux_has_module_types(&vmlinux, module) {
+            return Ok(vmlinux);
+        }
+        let btf = Arc::new(self.load(module, Some(vmlinux))?);
+        self.modules.insert(module, Arc::clone(&btf));
+        Ok(btf)
+    }
+
+    /// Offset of one field, checked against the size the programs read.
+    pub fn offset(&mut self, spec: FieldSpec) -> Result<u32, OffsetError> {
+        let btf = self.module(spec.module)?;
+        let found =
+            btf.field(spec.structure, spec.path)
+                .map_err(|source| OffsetError::Missing {
+                    field: spec,
+                    kernel: self.kernel.clone(),
+                    source: Box::new(source),
+                })?;
+        if found.size != spec.size {
+            return Err(OffsetError::WrongSize {
+                field: spec,
+                kernel: self.kernel.clone(),
+                actual: found.size,
+                expected: spec.size,
+            });
+        }
+        Ok(found.offset)
+    }
+
+    /// All offsets of the QP lifecycle programs.
+    pub fn qp_offsets(&mut self) -> Result<KernelOffsets, OffsetError> {
+        Ok(KernelOffsets {
+            ib_qp_device: self.offset(IB_QP_DEVICE)?,
+            ib_qp_qp_num: self.offset(IB_QP_QP_NUM)?,
+            ib_qp_qp_type: self.offset(IB_QP_QP_TYPE)?,
+            ib_pd_device: self.offset(IB_PD_DEVICE)?,
+            ib_device_name: self.offset(IB_DEVICE_NAME)?,
+            ib_qp_attr_qp_state: self.offset(IB_QP_ATTR_QP_STATE)?,
+            ib_qp_init_attr_qp_type: self.offset(IB_QP_INIT_ATTR_QP_TYPE)?,
+            valid: 1,
+        })
+    }
+}
+
+/// With `CONFIG_INFINIBAND=y` there is no `/sys/kernel/btf/ib_core`; the
+/// structs are then part of vmlinux.
+fn vmlinux_has_module_types(vmlinux: &Btf, module: &str) -> bool {
+    let probe = match module {
+        "ib_core" => "ib_qp",
+        "rdma_cm" => "rdma_id_private",
+        _ => return false,
+    };
+    vmlinux.find_struct(probe).is_some()
+}
+
+/// `uname -r` of the running kernel.
+pub fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// Whether `dir` holds BTF for `module` (i.e. the module is loaded).
+pub fn module_btf_present(dir: &Path, module: &str) -> bool {
+    dir.join(module).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btf::tests::BtfBuilder;
+
+    /// A fake /sys/kernel/btf with a vmlinux and an ib_core whose layout the
+    /// test chooses, so the expected offsets are known independently.
+    fn fake_btf_dir(qp_num_bits: u32, qp_type_size: u32) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = BtfBuilder::new();
+        v.int("unsigned int", 4); // 1
+        v.int("char", 1); // 2
+        v.int("unsigned short", 2); // 3
+        let vmlinux_blob = v.build();
+        let vmlinux = Arc::new(Btf::parse(&vmlinux_blob).unwrap());
+        fs::write(dir.path().join("vmlinux"), &vmlinux_blob).unwrap();
+
+        let mut m = BtfBuilder::split_over(&vmlinux);
+        m.ptr(6); // 4: struct ib_device *
+        m.array(2, 64); // 5: char[64]
+        m.composite(
+            false,
+            "ib_device",
+            72,
+            &[("_pad", 1, 0, 0), ("name", 5, 64, 0)],
+        ); // 6
+        let type_id = if qp_type_size == 4 { 1 } else { 3 };
+        m.composite(
+            false,
+            "ib_qp",
+            64,
+            &[
+                ("device", 4, 0, 0),
+                ("qp_num", 1, qp_num_bits, 0),
+                ("qp_type", type_id, qp_num_bits + 32, 0),
+            ],
+        );
+        m.composite(
+            false,
+            "ib_pd",
+            16,
+            &[("usecnt", 1, 0, 0), ("device", 4, 64, 0)],
+        );
+        m.composite(
+            false,
+            "ib_qp_attr",
+            8,
+            &[("qp_state", 1, 0, 0), ("cur", 1, 32, 0)],
+        );
+        m.composite(
+            false,
+            "ib_qp_init_attr",
+            16,
+            &[("ctx", 4, 0, 0), ("qp_type", 1, 96, 0)],
+        );
+        fs::write(dir.path().join("ib_core"), m.build()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn resolves_qp_offsets_from_module_btf() {
+        let dir = fake_btf_dir(256, 4);
+        let offsets = KernelBtf::new(dir.path()).qp_offsets().unwrap();
+        assert_eq!(
+            offsets,
+            KernelOffsets {
+                ib_qp_device: 0,
+                ib_qp_qp_num: 32,
+                ib_qp_qp_type: 36,
+                ib_pd_device: 8,
+                ib_device_name: 8,
+                ib_qp_attr_qp_state: 0,
+                ib_qp_init_attr_qp_type: 12,
+                valid: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn names_the_missing_field_and_kernel() {
+        let dir = fake_btf_dir(256, 4);
+        let mut btf = KernelBtf::new(dir.path());
+        let missing = FieldSpec {
+            module: "ib_core",
+            structure: "ib_qp",
+            path: "no_such_field",
+            size: 4,
+        };
+        let err = btf.offset(missing).unwrap_err().to_string();
+        assert!(err.contains("ib_qp.no_such_field"), "{err}");
+        assert!(err.contains(&kernel_release()), "{err}");
+    }
+
+    #[test]
+    fn rejects_a_field_of_the_wrong_size() {
+        let dir = fake_btf_dir(256, 2);
+        let err = KernelBtf::new(dir.path()).qp_offsets().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                OffsetError::WrongSize {
+                    actual: 2,
+                    expected: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn says_when_the_module_is_not_loaded() {
+        let dir = fake_btf_dir(256, 4);
+        fs::remove_file(dir.path().join("ib_core")).unwrap();
+        let err = KernelBtf::new(dir.path())
+            .qp_offsets()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ib_core"), "{err}");
+        assert!(err.contains("is the module loaded"), "{err}");
+    }
+
+    /// In the VM (and on any RDMA host) the real ib_core BTF must resolve.
+    #[test]
+    fn resolves_running_kernel_ib_core_when_loaded() {
+        if !module_btf_present(Path::new(DEFAULT_BTF_DIR), "ib_core") {
+            eprintln!("ib_core not loaded on this host; covered by the VM suite");
+            return;
+        }
+        let offsets = KernelBtf::new(DEFAULT_BTF_DIR).qp_offsets().unwrap();
+        // ib_qp starts with `struct ib_device *device` in every kernel since 2.6.
+        assert_eq!(offsets.ib_qp_device, 0);
+        assert!(offsets.ib_qp_qp_num > 0 && offsets.ib_qp_qp_type > offsets.ib_qp_qp_num);
+    }
+}
