@@ -1,0 +1,763 @@
+//! The per-QP state machine: turns completed kernel calls into lifecycle
+//! observations (latencies, dwell times, live-QP deltas).
+//!
+//! Keyed by (device, qp_num). Pure logic, no I/O: every observation goes to an
+//! [`Observer`], which the metrics registry implements and tests record.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use qpwatch_common::{QpOrigin, DEVICE_NAME_LEN};
+
+use crate::{
+    events::{Call, QpCall},
+    rdma::{QpState, QpType},
+};
+
+/// A metric label value shared between observations without copying.
+pub type Label = Arc<str>;
+
+/// Label used once a label cap is reached.
+pub const OTHER: &str = "other";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    Created {
+        device: Label,
+        qp_type: QpType,
+        origin: QpOrigin,
+        duration: Duration,
+    },
+    CreateFailed {
+        device: Label,
+        origin: QpOrigin,
+        errno: i32,
+    },
+    /// A successful modify with `IB_QP_STATE`; `from` is `None` when the QP's
+    /// previous state is unknown (it existed before qpwatch saw it).
+    Transition {
+        from: Option<QpState>,
+        to: QpState,
+        duration: Duration,
+    },
+    /// A modify that returned an error; the state is unchanged.
+    ModifyFailed {
+        to: Option<QpState>,
+        errno: i32,
+    },
+    /// Time a QP spent in `state`: from the end of the call that entered it to
+    /// the start of the call that left it (the next transition or the destroy).
+    Dwell {
+        state: QpState,
+        duration: Duration,
+    },
+    /// From the end of create to the end of the first transition into RTS.
+    TimeToRts {
+        duration: Duration,
+    },
+    /// `lifetime` (create end → destroy end) is `None` for QPs created before
+    /// qpwatch saw them.
+    Destroyed {
+        device: Label,
+        qp_type: QpType,
+        lifetime: Option<Duration>,
+    },
+    DestroyFailed {
+        errno: i32,
+    },
+    /// Change of the live-QP gauge for (device, qp_type, state).
+    LiveQps {
+        device: Label,
+        qp_type: QpType,
+        state: QpState,
+        delta: i64,
+    },
+    /// A modify or destroy for a QP the table did not know.
+    Untracked {
+        kind: &'static str,
+    },
+    /// A QP dropped from the full table to make room.
+    Evicted,
+    /// A modify whose state value the kernel does not define.
+    InvalidState,
+}
+
+pub trait Observer {
+    fn observe(&mut self, observation: Observation);
+    /// Size of the QP table after each call.
+    fn tracked_qps(&mut self, _count: usize) {}
+}
+
+impl Observer for Vec<Observation> {
+    fn observe(&mut self, observation: Observation) {
+        self.push(observation);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// QPs tracked at once; beyond it the oldest tracked QP is evicted.
+    pub max_tracked_qps: usize,
+    /// Distinct device label values; further devices share `device="other"`.
+    pub max_device_labels: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_tracked_qps: 262_144,
+            max_device_labels: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    device: Label,
+    qp_type: QpType,
+    state: QpState,
+    created_ns: Option<u64>,
+    state_since_ns: Option<u64>,
+    reached_rts: bool,
+    generation: u64,
+}
+
+/// Interned device names: the QP key uses the index, metrics the (capped) label.
+#[derive(Debug, Default)]
+struct Devices {
+    names: Vec<([u8; DEVICE_NAME_LEN], Label)>,
+    other: Option<Label>,
+}
+
+/// Devices beyond this share one key (and qp_num collisions among them are possible).
+const MAX_DEVICES: usize = 4096;
+
+impl Devices {
+    fn intern(
+        &mut self,
+        raw: &[u8; DEVICE_NAME_LEN],
+        name: &str,
+        label_cap: usize,
+    ) -> (u32, Label) {
+        if let Some(i) = self.names.iter().position(|(n, _)| n == raw) {
+            return (i as u32, Arc::clone(&self.names[i].1));
+        }
+        let other = Arc::clone(self.other.get_or_insert_with(|| Arc::from(OTHER)));
+        if self.names.len() >= MAX_DEVICES {
+            return (MAX_DEVICES as u32, other);
+        }
+        let label = if self.names.len() < label_cap {
+            Arc::from(name)
+        } else {
+            other
+        };
+        self.names.push((*raw, Arc::clone(&label)));
+        ((self.names.len() - 1) as u32, label)
+    }
+}
+
+pub struct Correlator {
+    limits: Limits,
+    qps: HashMap<u64, Tracked>,
+    /// Insertion order of the table, for eviction; entries whose generation no
+    /// longer matches are stale and skipped.
+    order: VecDeque<(u64, u64)>,
+    next_generation: u64,
+    devices: Devices,
+}
+
+fn key(device: u32, qp_num: u32) -> u64 {
+    (u64::from(device) << 32) | u64::from(qp_num)
+}
+
+fn since(start: u64, end: u64) -> Duration {
+    Duration::from_nanos(end.saturating_sub(start))
+}
+
+impl Correlator {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            qps: HashMap::new(),
+            order: VecDeque::new(),
+            next_generation: 0,
+            devices: Devices::default(),
+        }
+    }
+
+    pub fn tracked(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Current state of a tracked QP.
+    pub fn state_of(&mut self, device: &str, qp_num: u32) -> Option<QpState> {
+        let raw = device_bytes(device);
+        let (dev, _) = self
+            .devices
+            .intern(&raw, device, self.limits.max_device_labels);
+        self.qps.get(&key(dev, qp_num)).map(|t| t.state)
+    }
+
+    pub fn handle(&mut self, call: &QpCall, out: &mut impl Observer) {
+        let (dev, device) = self.devices.intern(
+            call.device_bytes(),
+            call.device(),
+            self.limits.max_device_labels,
+        );
+        let k = key(dev, call.qp_num);
+        match call.call {
+            Call::Create { origin } => self.on_create(k, device, call, origin, out),
+            Call::Modify {
+                to, invalid_state, ..
+            } => self.on_modify(k, device, call, to, invalid_state, out),
+            Call::Destroy => self.on_destroy(k, device, call, out),
+        }
+        out.tracked_qps(self.qps.len());
+    }
+
+    /// Starts tracking a QP that existed before qpwatch (from the netlink view).
+    /// Returns false if it was already tracked.
+    pub fn adopt(
+        &mut self,
+        device: &str,
+        qp_num: u32,
+        qp_type: QpType,
+        state: QpState,
+        out: &mut impl Observer,
+    ) -> bool {
+        let raw = device_bytes(device);
+        let (dev, label) = self
+            .devices
+            .intern(&raw, device, self.limits.max_device_labels);
+        let k = key(dev, qp_num);
+        if self.qps.contains_key(&k) {
+            return false;
+        }
+        self.insert(
+            k,
+            Tracked {
+                device: label,
+                qp_type,
+                state,
+                created_ns: None,
+                state_since_ns: None,
+                reached_rts: state == QpState::Rts,
+                generation: 0,
+            },
+            out,
+        );
+        out.tracked_qps(self.qps.len());
+        true
+    }
+
+    fn insert(&mut self, k: u64, mut tracked: Tracked, out: &mut impl Observer) {
+        if self.qps.len() >= self.limits.max_tracked_qps {
+            self.evict_oldest(out);
+        }
+        self.next_generation += 1;
+        tracked.generation = self.next_generation;
+        out.observe(Observation::LiveQps {
+            device: Arc::clone(&tracked.device),
+            qp_type: tracked.qp_type,
+            state: tracked.state,
+            delta: 1,
+        });
+        self.order.push_back((k, tracked.generation));
+        self.qps.insert(k, tracked);
+        if self.order.len() > 2 * self.qps.len() + 1024 {
+            let qps = &self.qps;
+            self.order
+                .retain(|(k, generation)| qps.get(k).is_some_and(|t| t.generation == *generation));
+        }
+    }
+
+    fn remove(&mut self, k: u64, out: &mut impl Observer) -> Option<Tracked> {
+        let tracked = self.qps.remove(&k)?;
+        out.observe(Observation::LiveQps {
+            device: Arc::clone(&tracked.device),
+            qp_type: tracked.qp_type,
+            state: tracked.state,
+            delta: -1,
+        });
+        Some(tracked)
+    }
+
+    fn evict_oldest(&mut self, out: &mut impl Observer) {
+        while let Some((k, generation)) = self.order.pop_front() {
+            if self.qps.get(&k).is_some_and(|t| t.generation == generation) {
+                self.remove(k, out);
+                out.observe(Observation::Evicted);
+                return;
+            }
+        }
+    }
+
+    fn on_create(
+        &mut self,
+        k: u64,
+        device: Label,
+        call: &QpCall,
+        origin: QpOrigin,
+        out: &mut impl Observer,
+    ) {
+        if !call.ok() {
+            out.observe(Observation::CreateFailed {
+                device,
+                origin,
+                errno: call.rc,
+            });
+            return;
+        }
+        // A qp_num still in the table means its destroy was never seen
+        // (e.g. lost): the kernel only reuses a number after the destroy.
+        self.remove(k, out);
+        out.observe(Observation::Created {
+            device: Arc::clone(&device),
+            qp_type: call.qp_type,
+            origin,
+            duration: call.duration(),
+        });
+        self.insert(
+            k,
+            Tracked {
+                device,
+                qp_type: call.qp_type,
+                state: QpState::Reset,
+                created_ns: Some(call.end_ns),
+                state_since_ns: Some(call.end_ns),
+                reached_rts: false,
+                generation: 0,
+            },
+            out,
+        );
+    }
+
+    fn on_modify(
+        &mut self,
+        k: u64,
+        device: Label,
+        call: &QpCall,
+        to: Option<QpState>,
+        invalid_state: bool,
+        out: &mut impl Observer,
+    ) {
+        if invalid_state {
+            out.observe(Observation::InvalidState);
+        }
+        if !call.ok() {
+            out.observe(Observation::ModifyFailed { to, errno: call.rc });
+            return;
+        }
+        let Some(to) = to else {
+            return; // attribute-only modify: no transition
+        };
+        let Some(tracked) = self.qps.get_mut(&k) else {
+            out.observe(Observation::Untracked { kind: "qp_modify" });
+            out.observe(Observation::Transition {
+                from: None,
+                to,
+                duration: call.duration(),
+            });
+            self.insert(
+                k,
+                Tracked {
+                    device,
+                    qp_type: call.qp_type,
+                    state: to,
+                    created_ns: None,
+                    state_since_ns: Some(call.end_ns),
+                    reached_rts: to == QpState::Rts,
+                    generation: 0,
+                },
+                out,
+            );
+            return;
+        };
+        let from = tracked.state;
+        out.observe(Observation::Transition {
+            from: Some(from),
+            to,
+            duration: call.duration(),
+        });
+        if from == to {
+            return;
+        }
+        if let Some(since_ns) = tracked.state_since_ns {
+            out.observe(Observation::Dwell {
+                state: from,
+                duration: since(since_ns, call.start_ns),
+            });
+        }
+        out.observe(Observation::LiveQps {
+            device: Arc::clone(&tracked.device),
+            qp_type: tracked.qp_type,
+            state: from,
+            delta: -1,
+        });
+        out.observe(Observation::LiveQps {
+            device: Arc::clone(&tracked.device),
+            qp_type: tracked.qp_type,
+            state: to,
+            delta: 1,
+        });
+        tracked.state = to;
+        tracked.state_since_ns = Some(call.end_ns);
+        if to == QpState::Rts && !tracked.reached_rts {
+            tracked.reached_rts = true;
+            if let Some(created) = tracked.created_ns {
+                out.observe(Observation::TimeToRts {
+                    duration: since(created, call.end_ns),
+                });
+            }
+        }
+    }
+
+    fn on_destroy(&mut self, k: u64, device: Label, call: &QpCall, out: &mut impl Observer) {
+        if !call.ok() {
+            out.observe(Observation::DestroyFailed { errno: call.rc });
+            return;
+        }
+        let Some(tracked) = self.remove(k, out) else {
+            out.observe(Observation::Untracked { kind: "qp_destroy" });
+            out.observe(Observation::Destroyed {
+                device,
+                qp_type: call.qp_type,
+                lifetime: None,
+            });
+            return;
+        };
+        if let Some(since_ns) = tracked.state_since_ns {
+            out.observe(Observation::Dwell {
+                state: tracked.state,
+                duration: since(since_ns, call.start_ns),
+            });
+        }
+        out.observe(Observation::Destroyed {
+            device: tracked.device,
+            qp_type: tracked.qp_type,
+            lifetime: tracked.created_ns.map(|c| since(c, call.end_ns)),
+        });
+    }
+}
+
+fn device_bytes(device: &str) -> [u8; DEVICE_NAME_LEN] {
+    let mut raw = [0u8; DEVICE_NAME_LEN];
+    let n = device.len().min(DEVICE_NAME_LEN - 1);
+    raw[..n].copy_from_slice(&device.as_bytes()[..n]);
+    raw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use QpState::*;
+
+    const US: u64 = 1_000;
+
+    fn create(qp: u32, start: u64, end: u64) -> QpCall {
+        QpCall::synthetic(
+            Call::Create {
+                origin: QpOrigin::User,
+            },
+            "rxe0",
+            qp,
+            start,
+            end,
+        )
+    }
+
+    fn modify(qp: u32, to: QpState, start: u64, end: u64) -> QpCall {
+        QpCall::synthetic(
+            Call::Modify {
+                to: Some(to),
+                attr_mask: 1,
+                invalid_state: false,
+            },
+            "rxe0",
+            qp,
+            start,
+            end,
+        )
+    }
+
+    fn destroy(qp: u32, start: u64, end: u64) -> QpCall {
+        QpCall::synthetic(Call::Destroy, "rxe0", qp, start, end)
+    }
+
+    fn failed(mut call: QpCall, rc: i32) -> QpCall {
+        call.rc = rc;
+        call
+    }
+
+    fn run(calls: &[QpCall]) -> (Correlator, Vec<Observation>) {
+        let mut c = Correlator::new(Limits::default());
+        let mut out = Vec::new();
+        for call in calls {
+            c.handle(call, &mut out);
+        }
+        (c, out)
+    }
+
+    fn live_sum(out: &[Observation]) -> HashMap<QpState, i64> {
+        let mut m = HashMap::new();
+        for o in out {
+            if let Observation::LiveQps { state, delta, .. } = o {
+                *m.entry(*state).or_default() += delta;
+            }
+        }
+        m.retain(|_, v| *v != 0);
+        m
+    }
+
+    fn transitions(out: &[Observation]) -> Vec<(Option<QpState>, QpState, Duration)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Observation::Transition { from, to, duration } => Some((*from, *to, *duration)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dwells(out: &[Observation]) -> Vec<(QpState, Duration)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Observation::Dwell { state, duration } => Some((*state, *duration)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn d(us: u64) -> Duration {
+        Duration::from_micros(us)
+    }
+
+    #[test]
+    fn full_rc_lifecycle() {
+        let (c, out) = run(&[
+            create(7, 0, 40 * US),
+            modify(7, Init, 100 * US, 110 * US),
+            modify(7, Init, 200 * US, 205 * US), // librdmacm re-inits before RTR
+            modify(7, Rtr, 300 * US, 320 * US),
+            modify(7, Rts, 400 * US, 415 * US),
+            modify(7, Err, 1000 * US, 1010 * US),
+            destroy(7, 2000 * US, 2100 * US),
+        ]);
+        assert_eq!(c.tracked(), 0);
+        assert!(matches!(
+            &out[0],
+            Observation::Created { duration, qp_type: QpType::Rc, origin: QpOrigin::User, device }
+                if *duration == d(40) && &**device == "rxe0"
+        ));
+        assert_eq!(
+            transitions(&out),
+            vec![
+                (Some(Reset), Init, d(10)),
+                (Some(Init), Init, d(5)),
+                (Some(Init), Rtr, d(20)),
+                (Some(Rtr), Rts, d(15)),
+                (Some(Rts), Err, d(10)),
+            ]
+        );
+        // dwell: end of the entering call → start of the leaving call
+        assert_eq!(
+            dwells(&out),
+            vec![
+                (Reset, d(60)),
+                (Init, d(190)),
+                (Rtr, d(80)),
+                (Rts, d(585)),
+                (Err, d(990)),
+            ]
+        );
+        assert!(out.contains(&Observation::TimeToRts { duration: d(375) }));
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Observation::Destroyed { lifetime: Some(l), .. } if *l == d(2060)
+        )));
+        assert!(live_sum(&out).is_empty(), "live gauge returns to zero");
+    }
+
+    #[test]
+    fn failed_modify_keeps_state_and_reports_errno() {
+        let (mut c, out) = run(&[
+            create(1, 0, 1),
+            failed(modify(1, Rtr, 10, 20), -22),
+            modify(1, Init, 30, 40),
+        ]);
+        assert!(out.contains(&Observation::ModifyFailed {
+            to: Some(Rtr),
+            errno: -22
+        }));
+        assert_eq!(
+            transitions(&out),
+            vec![(Some(Reset), Init, Duration::from_nanos(10))]
+        );
+        assert_eq!(c.state_of("rxe0", 1), Some(Init));
+    }
+
+    #[test]
+    fn modify_for_unknown_qp_adopts_it_without_a_from_state() {
+        let (mut c, out) = run(&[modify(9, Rts, 10, 20), destroy(9, 30, 40)]);
+        assert!(out.contains(&Observation::Untracked { kind: "qp_modify" }));
+        assert_eq!(
+            transitions(&out),
+            vec![(None, Rts, Duration::from_nanos(10))]
+        );
+        // no create seen: no time-to-RTS, no lifetime, but the gauge stays balanced
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, Observation::TimeToRts { .. })));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Observation::Destroyed { lifetime: None, .. })));
+        assert!(live_sum(&out).is_empty());
+        assert_eq!(c.state_of("rxe0", 9), None);
+    }
+
+    #[test]
+    fn destroy_without_create_counts_but_never_goes_negative() {
+        let (_, out) = run(&[destroy(5, 0, 10)]);
+        assert_eq!(
+            out,
+            vec![
+                Observation::Untracked { kind: "qp_destroy" },
+                Observation::Destroyed {
+                    device: Arc::from("rxe0"),
+                    qp_type: QpType::Rc,
+                    lifetime: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn failed_create_and_destroy() {
+        let (c, out) = run(&[
+            failed(create(0, 0, 10), -12),
+            create(3, 20, 30),
+            failed(destroy(3, 40, 50), -16),
+        ]);
+        assert!(out.contains(&Observation::CreateFailed {
+            device: Arc::from("rxe0"),
+            origin: QpOrigin::User,
+            errno: -12
+        }));
+        assert!(out.contains(&Observation::DestroyFailed { errno: -16 }));
+        assert_eq!(c.tracked(), 1, "a failed destroy leaves the QP alive");
+        assert_eq!(live_sum(&out), HashMap::from([(Reset, 1)]));
+    }
+
+    #[test]
+    fn attribute_only_modify_is_not_a_transition() {
+        let attr_only = QpCall::synthetic(
+            Call::Modify {
+                to: None,
+                attr_mask: 0x10,
+                invalid_state: false,
+            },
+            "rxe0",
+            4,
+            5,
+            6,
+        );
+        let (_, out) = run(&[create(4, 0, 1), attr_only]);
+        assert!(transitions(&out).is_empty());
+    }
+
+    #[test]
+    fn create_of_a_tracked_number_replaces_the_stale_entry() {
+        // The destroy of the first incarnation was lost.
+        let (c, out) = run(&[create(8, 0, 1), modify(8, Init, 2, 3), create(8, 10, 11)]);
+        assert_eq!(c.tracked(), 1);
+        assert_eq!(live_sum(&out), HashMap::from([(Reset, 1)]));
+    }
+
+    #[test]
+    fn same_qp_num_on_two_devices_are_two_qps() {
+        let mut other = create(1, 0, 1);
+        other = QpCall::synthetic(other.call, "mlx5_0", 1, 0, 1);
+        let (c, _) = run(&[create(1, 0, 1), other]);
+        assert_eq!(c.tracked(), 2);
+    }
+
+    #[test]
+    fn full_table_evicts_oldest_first() {
+        let mut c = Correlator::new(Limits {
+            max_tracked_qps: 2,
+            max_device_labels: 64,
+        });
+        let mut out = Vec::new();
+        for (qp, t) in [(1, 0), (2, 10), (3, 20)] {
+            c.handle(&create(qp, t, t + 1), &mut out);
+        }
+        assert_eq!(c.tracked(), 2);
+        assert_eq!(
+            out.iter().filter(|o| **o == Observation::Evicted).count(),
+            1
+        );
+        assert_eq!(c.state_of("rxe0", 1), None);
+        assert_eq!(c.state_of("rxe0", 3), Some(Reset));
+        assert_eq!(live_sum(&out), HashMap::from([(Reset, 2)]));
+    }
+
+    #[test]
+    fn churn_keeps_eviction_queue_bounded() {
+        let mut c = Correlator::new(Limits::default());
+        let mut out = Vec::new();
+        for qp in 0..100_000u32 {
+            let t = u64::from(qp) * 10;
+            c.handle(&create(qp, t, t + 1), &mut out);
+            c.handle(&destroy(qp, t + 2, t + 3), &mut out);
+            out.clear();
+        }
+        assert_eq!(c.tracked(), 0);
+        assert!(c.order.len() <= 1024 + 1, "{}", c.order.len());
+    }
+
+    #[test]
+    fn device_labels_are_capped() {
+        let mut c = Correlator::new(Limits {
+            max_tracked_qps: 100,
+            max_device_labels: 1,
+        });
+        let mut out = Vec::new();
+        c.handle(
+            &QpCall::synthetic(create(1, 0, 1).call, "mlx5_0", 1, 0, 1),
+            &mut out,
+        );
+        c.handle(
+            &QpCall::synthetic(create(1, 0, 1).call, "mlx5_1", 1, 0, 1),
+            &mut out,
+        );
+        let devices: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Created { device, .. } => Some(&**device),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(devices, vec!["mlx5_0", OTHER]);
+        assert_eq!(c.tracked(), 2, "capped label, distinct QP keys");
+    }
+
+    #[test]
+    fn adopted_qps_count_as_live_and_transition_from_their_state() {
+        let mut c = Correlator::new(Limits::default());
+        let mut out = Vec::new();
+        assert!(c.adopt("rxe0", 12, QpType::Rc, Rts, &mut out));
+        assert!(!c.adopt("rxe0", 12, QpType::Rc, Rts, &mut out));
+        c.handle(&modify(12, Err, 5, 6), &mut out);
+        assert_eq!(
+            transitions(&out),
+            vec![(Some(Rts), Err, Duration::from_nanos(1))]
+        );
+        assert!(
+            dwells(&out).is_empty(),
+            "time in RTS before qpwatch is unknown"
+        );
+        assert_eq!(live_sum(&out), HashMap::from([(Err, 1)]));
+    }
+}

@@ -1,0 +1,251 @@
+//! Decoding of ring-buffer records into typed lifecycle events.
+
+use std::{mem::size_of, time::Duration};
+
+use qpwatch_common::{EventKind, QpEvent, QpOrigin, IB_QP_STATE_MASK};
+use thiserror::Error;
+
+use crate::rdma::{QpState, QpType};
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than its header")]
+    Short(usize),
+    #[error("unknown event kind {0}")]
+    UnknownKind(u32),
+    #[error("{kind:?} record of {len} bytes, expected {expected}")]
+    BadLength {
+        kind: EventKind,
+        len: usize,
+        expected: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    Create {
+        origin: QpOrigin,
+    },
+    /// `to` is `None` for a modify without `IB_QP_STATE` in its mask, or with a
+    /// state the kernel does not define (then `invalid_state` is set).
+    Modify {
+        to: Option<QpState>,
+        attr_mask: u32,
+        invalid_state: bool,
+    },
+    Destroy,
+}
+
+/// One completed kernel call on a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCall {
+    pub call: Call,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub qp_num: u32,
+    pub qp_type: QpType,
+    pub rc: i32,
+    comm: [u8; qpwatch_common::COMM_LEN],
+    device: [u8; qpwatch_common::DEVICE_NAME_LEN],
+}
+
+fn c_str(bytes: &[u8]) -> &str {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    // Device names are ASCII by ib_device_rename()'s rules; comm may be anything.
+    std::str::from_utf8(&bytes[..end]).unwrap_or("?")
+}
+
+impl QpCall {
+    pub fn device(&self) -> &str {
+        c_str(&self.device)
+    }
+
+    pub fn device_bytes(&self) -> &[u8; qpwatch_common::DEVICE_NAME_LEN] {
+        &self.device
+    }
+
+    pub fn comm(&self) -> &str {
+        c_str(&self.comm)
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.end_ns.saturating_sub(self.start_ns))
+    }
+
+    pub fn ok(&self) -> bool {
+        self.rc == 0
+    }
+
+    pub fn kind_label(&self) -> &'static str {
+        match self.call {
+            Call::Create { .. } => "qp_create",
+            Call::Modify { .. } => "qp_modify",
+            Call::Destroy => "qp_destroy",
+        }
+    }
+
+    /// A synthetic call, for tests and benchmarks of the correlator.
+    pub fn synthetic(call: Call, device: &str, qp_num: u32, start_ns: u64, end_ns: u64) -> Self {
+        let mut dev = [0u8; qpwatch_common::DEVICE_NAME_LEN];
+        let n = device.len().min(dev.len() - 1);
+        dev[..n].copy_from_slice(&device.as_bytes()[..n]);
+        QpCall {
+            call,
+            start_ns,
+            end_ns,
+            pid: 1,
+            tid: 1,
+            qp_num,
+            qp_type: QpType::Rc,
+            rc: 0,
+            comm: *b"synthetic\0\0\0\0\0\0\0",
+            device: dev,
+        }
+    }
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8]) -> Result<QpCall, DecodeError> {
+    let raw_kind = bytes
+        .get(..4)
+        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+        .ok_or(DecodeError::Short(bytes.len()))?;
+    let kind = EventKind::from_u32(raw_kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
+    let expected = size_of::<QpEvent>();
+    if bytes.len() != expected {
+        return Err(DecodeError::BadLength {
+            kind,
+            len: bytes.len(),
+            expected,
+        });
+    }
+    // SAFETY: the length was checked; QpEvent is plain old data valid for any bit pattern.
+    let raw: QpEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let call = match kind {
+        EventKind::QpCreate => Call::Create {
+            origin: if raw.origin == QpOrigin::Kernel as u32 {
+                QpOrigin::Kernel
+            } else {
+                QpOrigin::User
+            },
+        },
+        EventKind::QpModify => {
+            let changes_state = raw.attr_mask & IB_QP_STATE_MASK != 0;
+            let to = changes_state
+                .then(|| QpState::from_kernel(raw.new_state))
+                .flatten();
+            Call::Modify {
+                to,
+                attr_mask: raw.attr_mask,
+                invalid_state: changes_state && to.is_none(),
+            }
+        }
+        EventKind::QpDestroy => Call::Destroy,
+    };
+    Ok(QpCall {
+        call,
+        start_ns: raw.start_ns,
+        end_ns: raw.end_ns,
+        pid: (raw.pid_tgid >> 32) as u32,
+        tid: raw.pid_tgid as u32,
+        qp_num: raw.qp_num,
+        qp_type: QpType::from_kernel(raw.qp_type),
+        rc: raw.rc,
+        comm: raw.comm,
+        device: raw.device,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn raw_bytes(event: &QpEvent) -> Vec<u8> {
+        // SAFETY: QpEvent is #[repr(C)] without padding.
+        unsafe {
+            std::slice::from_raw_parts((event as *const QpEvent).cast::<u8>(), size_of::<QpEvent>())
+        }
+        .to_vec()
+    }
+
+    fn modify(mask: u32, state: u32) -> QpEvent {
+        let mut e = QpEvent::zeroed();
+        e.kind = EventKind::QpModify as u32;
+        e.attr_mask = mask;
+        e.new_state = state;
+        e.start_ns = 100;
+        e.end_ns = 350;
+        e.pid_tgid = (42u64 << 32) | 43;
+        e.qp_num = 17;
+        e.qp_type = 2;
+        e.rc = -22;
+        e.device[..4].copy_from_slice(b"rxe0");
+        e.comm[..5].copy_from_slice(b"rping");
+        e
+    }
+
+    #[test]
+    fn decodes_a_modify() {
+        let call = decode(&raw_bytes(&modify(1 | 0x10, 2))).unwrap();
+        assert_eq!(
+            call.call,
+            Call::Modify {
+                to: Some(QpState::Rtr),
+                attr_mask: 0x11,
+                invalid_state: false
+            }
+        );
+        assert_eq!(
+            (call.pid, call.tid, call.qp_num, call.rc),
+            (42, 43, 17, -22)
+        );
+        assert_eq!(call.device(), "rxe0");
+        assert_eq!(call.comm(), "rping");
+        assert_eq!(call.qp_type, QpType::Rc);
+        assert_eq!(call.duration(), Duration::from_nanos(250));
+    }
+
+    #[test]
+    fn state_is_only_read_with_the_state_mask() {
+        let call = decode(&raw_bytes(&modify(0x10, 3))).unwrap();
+        assert!(matches!(
+            call.call,
+            Call::Modify {
+                to: None,
+                invalid_state: false,
+                ..
+            }
+        ));
+        let call = decode(&raw_bytes(&modify(1, 99))).unwrap();
+        assert!(matches!(
+            call.call,
+            Call::Modify {
+                to: None,
+                invalid_state: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_records() {
+        assert_eq!(decode(&[1, 0]), Err(DecodeError::Short(2)));
+        let mut bytes = raw_bytes(&modify(1, 1));
+        bytes[0] = 77;
+        assert_eq!(decode(&bytes), Err(DecodeError::UnknownKind(77)));
+        let bytes = raw_bytes(&modify(1, 1));
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::BadLength { .. })
+        ));
+    }
+
+    #[test]
+    fn end_before_start_is_zero_duration() {
+        let mut e = modify(1, 1);
+        e.end_ns = 5;
+        assert_eq!(decode(&raw_bytes(&e)).unwrap().duration(), Duration::ZERO);
+    }
+}

@@ -1,0 +1,506 @@
+//! The Prometheus metrics qpwatch exports, and the [`Observer`] that feeds them.
+//!
+//! Label values are bounded: device names (capped by the correlator), QP types,
+//! QP states and errno names from fixed tables. No qp_num, pid or address labels.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
+};
+use qpwatch_common::{LostReason, QpOrigin, LOST_REASONS};
+
+use crate::{
+    correlator::{Observation, Observer},
+    events::DecodeError,
+    rdma::errno_label,
+};
+
+/// Kernel call latencies (create, modify): 1 µs to 10 s in 1-2.5-5 steps.
+pub const CALL_LATENCY_BUCKETS: &[f64] = &[
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Time spent in a state and time to RTS: 10 µs to 1 h.
+pub const DWELL_BUCKETS: &[f64] = &[
+    1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+];
+
+/// QP lifetime: 1 ms to 7 days.
+pub const LIFETIME_BUCKETS: &[f64] = &[
+    1e-3, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0,
+    604800.0,
+];
+
+fn origin_label(origin: QpOrigin) -> &'static str {
+    match origin {
+        QpOrigin::User => "user",
+        QpOrigin::Kernel => "kernel",
+    }
+}
+
+/// Histogram bucket layouts, overridable from the config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    pub call_latency: Vec<f64>,
+    pub dwell: Vec<f64>,
+    pub lifetime: Vec<f64>,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Self {
+            call_latency: CALL_LATENCY_BUCKETS.to_vec(),
+            dwell: DWELL_BUCKETS.to_vec(),
+            lifetime: LIFETIME_BUCKETS.to_vec(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    qp_created: IntCounterVec,
+    qp_create_errors: IntCounterVec,
+    qp_create_duration: HistogramVec,
+    qp_transition_duration: HistogramVec,
+    qp_state_dwell: HistogramVec,
+    qp_time_to_rts: Histogram,
+    qp_lifetime: Histogram,
+    qp_modify_errors: IntCounterVec,
+    qp_destroyed: IntCounterVec,
+    qp_destroy_errors: IntCounterVec,
+    qps: IntGaugeVec,
+    events: IntCounterVec,
+    events_lost: IntCounterVec,
+    events_malformed: IntCounterVec,
+    untracked: IntCounterVec,
+    tracked_qps: IntGauge,
+    tracked_evicted: IntCounter,
+    /// Last per-reason totals read from the kernel's LOST map.
+    lost_seen: Arc<Mutex<[u64; LOST_REASONS]>>,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique metric");
+    h
+}
+
+impl Metrics {
+    pub fn new(buckets: &Buckets, kernel: &str) -> Self {
+        let registry = Registry::new();
+        let r = &registry;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "qpwatch_build_info",
+                "qpwatch version and the kernel it runs on; always 1.",
+            ),
+            &["version", "kernel"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel])
+            .set(1);
+        registry
+            .register(Box::new(build_info))
+            .expect("unique metric");
+
+        let qps = IntGaugeVec::new(
+            Opts::new("qpwatch_qps", "Live QPs by device, type and current state."),
+            &["device", "qp_type", "state"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(qps.clone()))
+            .expect("unique metric");
+        let tracked_qps = IntGauge::new(
+            "qpwatch_tracked_qps",
+            "QPs in the agent's state table (bounded by max_tracked_qps).",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(tracked_qps.clone()))
+            .expect("unique metric");
+        let tracked_evicted = IntCounter::new(
+            "qpwatch_tracked_qps_evicted_total",
+            "QPs dropped from the full state table, oldest first.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(tracked_evicted.clone()))
+            .expect("unique metric");
+        let qp_time_to_rts = Histogram::with_opts(
+            HistogramOpts::new(
+                "qpwatch_qp_time_to_rts_seconds",
+                "Time from the end of QP creation to the end of its first transition into RTS.",
+            )
+            .buckets(buckets.dwell.clone()),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(qp_time_to_rts.clone()))
+            .expect("unique metric");
+        let qp_lifetime = Histogram::with_opts(
+            HistogramOpts::new(
+                "qpwatch_qp_lifetime_seconds",
+                "Time from the end of QP creation to the end of its destruction.",
+            )
+            .buckets(buckets.lifetime.clone()),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(qp_lifetime.clone()))
+            .expect("unique metric");
+
+        let events_lost = counter(
+            r,
+            "qpwatch_events_lost_total",
+            "Events that never reached the agent, counted in the kernel, by reason.",
+            &["reason"],
+        );
+        for reason in LostReason::ALL {
+            events_lost.with_label_values(&[reason.label()]);
+        }
+
+        Metrics {
+            qp_created: counter(
+                r,
+                "qpwatch_qp_created_total",
+                "QPs created successfully.",
+                &["device", "qp_type", "origin"],
+            ),
+            qp_create_errors: counter(
+                r,
+                "qpwatch_qp_create_errors_total",
+                "QP creations that failed, by errno.",
+                &["device", "origin", "errno"],
+            ),
+            qp_create_duration: histogram(
+                r,
+                "qpwatch_qp_create_duration_seconds",
+                "Duration of the kernel's QP create call (ib_create_qp_user / ib_create_qp_kernel).",
+                &["device", "origin"],
+                &buckets.call_latency,
+            ),
+            qp_transition_duration: histogram(
+                r,
+                "qpwatch_qp_transition_duration_seconds",
+                "Duration of successful state-changing modify calls (_ib_modify_qp), by edge.",
+                &["from", "to"],
+                &buckets.call_latency,
+            ),
+            qp_state_dwell: histogram(
+                r,
+                "qpwatch_qp_state_dwell_seconds",
+                "Time QPs spent in a state before the next transition or destroy.",
+                &["state"],
+                &buckets.dwell,
+            ),
+            qp_time_to_rts,
+            qp_lifetime,
+            qp_modify_errors: counter(
+                r,
+                "qpwatch_qp_modify_errors_total",
+                "Modify calls that failed, by requested state and errno.",
+                &["to", "errno"],
+            ),
+            qp_destroyed: counter(
+                r,
+                "qpwatch_qp_destroyed_total",
+                "QPs destroyed successfully.",
+                &["device", "qp_type"],
+            ),
+            qp_destroy_errors: counter(
+                r,
+                "qpwatch_qp_destroy_errors_total",
+                "QP destroys that failed (e.g. EBUSY while still attached), by errno.",
+                &["errno"],
+            ),
+            qps,
+            events: counter(
+                r,
+                "qpwatch_events_total",
+                "Kernel events received from the ring buffer, by kind.",
+                &["kind"],
+            ),
+            events_lost,
+            events_malformed: counter(
+                r,
+                "qpwatch_events_malformed_total",
+                "Ring-buffer records the agent could not decode or that carried invalid values.",
+                &["reason"],
+            ),
+            untracked: counter(
+                r,
+                "qpwatch_untracked_qp_events_total",
+                "Modify or destroy events for QPs the agent did not know (created before it started).",
+                &["kind"],
+            ),
+            tracked_qps,
+            tracked_evicted,
+            lost_seen: Arc::new(Mutex::new([0; LOST_REASONS])),
+            registry,
+        }
+    }
+
+    pub fn event_received(&self, kind: &str) {
+        self.events.with_label_values(&[kind]).inc();
+    }
+
+    pub fn event_malformed(&self, error: &DecodeError) {
+        let reason = match error {
+            DecodeError::Short(_) => "short",
+            DecodeError::UnknownKind(_) => "unknown_kind",
+            DecodeError::BadLength { .. } => "bad_length",
+        };
+        self.events_malformed.with_label_values(&[reason]).inc();
+    }
+
+    /// Brings `qpwatch_events_lost_total` up to the kernel's per-reason totals.
+    pub fn update_lost(&self, totals: [u64; LOST_REASONS]) {
+        let mut seen = self.lost_seen.lock().expect("not poisoned");
+        for (i, reason) in LostReason::ALL.iter().enumerate() {
+            let delta = totals[i].saturating_sub(seen[i]);
+            if delta > 0 {
+                self.events_lost
+                    .with_label_values(&[reason.label()])
+                    .inc_by(delta);
+            }
+            seen[i] = seen[i].max(totals[i]);
+        }
+    }
+}
+
+impl Observer for Metrics {
+    fn observe(&mut self, observation: Observation) {
+        match observation {
+            Observation::Created {
+                device,
+                qp_type,
+                origin,
+                duration,
+            } => {
+                let origin = origin_label(origin);
+                self.qp_created
+                    .with_label_values(&[&device, qp_type.label(), origin])
+                    .inc();
+                self.qp_create_duration
+                    .with_label_values(&[&device, origin])
+                    .observe(duration.as_secs_f64());
+            }
+            Observation::CreateFailed {
+                device,
+                origin,
+                errno,
+            } => self
+                .qp_create_errors
+                .with_label_values(&[&device, origin_label(origin), errno_label(errno)])
+                .inc(),
+            Observation::Transition { from, to, duration } => self
+                .qp_transition_duration
+                .with_label_values(&[from.map_or("unknown", |s| s.label()), to.label()])
+                .observe(duration.as_secs_f64()),
+            Observation::ModifyFailed { to, errno } => self
+                .qp_modify_errors
+                .with_label_values(&[to.map_or("unchanged", |s| s.label()), errno_label(errno)])
+                .inc(),
+            Observation::Dwell { state, duration } => self
+                .qp_state_dwell
+                .with_label_values(&[state.label()])
+                .observe(duration.as_secs_f64()),
+            Observation::TimeToRts { duration } => {
+                self.qp_time_to_rts.observe(duration.as_secs_f64())
+            }
+            Observation::Destroyed {
+                device,
+                qp_type,
+                lifetime,
+            } => {
+                self.qp_destroyed
+                    .with_label_values(&[&device, qp_type.label()])
+                    .inc();
+                if let Some(lifetime) = lifetime {
+                    self.qp_lifetime.observe(lifetime.as_secs_f64());
+                }
+            }
+            Observation::DestroyFailed { errno } => self
+                .qp_destroy_errors
+                .with_label_values(&[errno_label(errno)])
+                .inc(),
+            Observation::LiveQps {
+                device,
+                qp_type,
+                state,
+                delta,
+            } => self
+                .qps
+                .with_label_values(&[&device, qp_type.label(), state.label()])
+                .add(delta),
+            Observation::Untracked { kind } => self.untracked.with_label_values(&[kind]).inc(),
+            Observation::Evicted => self.tracked_evicted.inc(),
+            Observation::InvalidState => self
+                .events_malformed
+                .with_label_values(&["invalid_state"])
+                .inc(),
+        }
+    }
+
+    fn tracked_qps(&mut self, count: usize) {
+        self.tracked_qps.set(count as i64);
+    }
+}
+
+/// Renders the registry in the Prometheus text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&registry.gather(), &mut out)
+        .expect("text encoding into a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdma::{QpState, QpType};
+    use std::time::Duration;
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn observations_land_in_the_exposition() {
+        let mut m = Metrics::new(&Buckets::default(), "6.1.0-test");
+        m.observe(Observation::Created {
+            device: Arc::from("rxe0"),
+            qp_type: QpType::Rc,
+            origin: QpOrigin::User,
+            duration: Duration::from_micros(30),
+        });
+        m.observe(Observation::Transition {
+            from: Some(QpState::Reset),
+            to: QpState::Init,
+            duration: Duration::from_micros(3),
+        });
+        m.observe(Observation::LiveQps {
+            device: Arc::from("rxe0"),
+            qp_type: QpType::Rc,
+            state: QpState::Init,
+            delta: 1,
+        });
+        m.observe(Observation::ModifyFailed {
+            to: None,
+            errno: -22,
+        });
+        let text = render(&m.registry);
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qp_created_total{device="rxe0",origin="user",qp_type="RC"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qp_transition_duration_seconds_count{from="RESET",to="INIT"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qp_transition_duration_seconds_bucket{from="RESET",to="INIT",le="0.000005"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qps{device="rxe0",qp_type="RC",state="INIT"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qp_modify_errors_total{errno="EINVAL",to="unchanged"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_build_info{kernel="6.1.0-test",version="0.1.0"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn lost_totals_are_monotonic_deltas() {
+        let m = Metrics::new(&Buckets::default(), "k");
+        m.update_lost([0, 0, 0]);
+        let text = render(&m.registry);
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+            ),
+            Some(0.0),
+            "exported at zero from the start"
+        );
+        m.update_lost([5, 0, 1]);
+        m.update_lost([7, 0, 1]);
+        let text = render(&m.registry);
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+            ),
+            Some(7.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_events_lost_total{reason="unmatched_return"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn buckets_are_sorted_and_span_microseconds_to_seconds() {
+        for b in [CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS] {
+            assert!(b.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert_eq!(CALL_LATENCY_BUCKETS[0], 1e-6);
+        assert_eq!(*CALL_LATENCY_BUCKETS.last().unwrap(), 10.0);
+    }
+}
