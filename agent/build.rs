@@ -1,0 +1,88 @@
+//! Builds the eBPF programs in ../ebpf for bpfel-unknown-none and places the
+//! object in OUT_DIR, where probes.rs embeds it with `include_bytes_aligned!`.
+//!
+//! The eBPF crate is compiled by Debian's rustc (`rustc-web`), which ships a
+//! prebuilt `core` for the BPF targets, and linked by bpf-linker. Both can be
+//! overridden: QPWATCH_BPF_RUSTC, QPWATCH_BPF_LINKER.
+
+use std::{
+    env,
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let ebpf_dir = manifest_dir.join("../ebpf");
+    let common_dir = manifest_dir.join("../common");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
+    for path in [
+        ebpf_dir.join("src"),
+        ebpf_dir.join("Cargo.toml"),
+        ebpf_dir.join("Cargo.lock"),
+        common_dir.join("src"),
+    ] {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+    println!("cargo:rerun-if-env-changed=QPWATCH_BPF_RUSTC");
+    println!("cargo:rerun-if-env-changed=QPWATCH_BPF_LINKER");
+
+    let rustc = env::var("QPWATCH_BPF_RUSTC").unwrap_or_else(|_| "/usr/bin/rustc".to_owned());
+    let linker = env::var("QPWATCH_BPF_LINKER").unwrap_or_else(|_| "bpf-linker".to_owned());
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets it");
+    let target_dir = out_dir.join("ebpf-target");
+
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&ebpf_dir)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "bpfel-unknown-none",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // The outer build's compiler, wrappers and flags are for the host.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env("RUSTC", &rustc)
+        // Debian's rustc is a stable compiler; the BPF target needs unstable flags.
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", &linker)
+        .env("AYA_BPF_TARGET_ARCH", &arch)
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            ["-Cdebuginfo=2", "-Clink-arg=--btf"].join("\x1f"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+
+    let mut child = cmd.spawn().unwrap_or_else(|e| {
+        panic!("cannot run cargo for the eBPF crate ({e}); run scripts/setup first")
+    });
+    let stderr = BufReader::new(child.stderr.take().expect("piped"));
+    let mut log = Vec::new();
+    for line in stderr.lines().map_while(Result::ok) {
+        log.push(line);
+    }
+    let status = child.wait().expect("waiting for cargo");
+    if !status.success() {
+        for line in &log {
+            println!("cargo:warning={line}");
+        }
+        panic!(
+            "building the eBPF programs failed ({status}); needs {rustc} (apt: rustc-web, \
+             libstd-rust-web-dev-bpf) and {linker} (scripts/setup installs both)"
+        );
+    }
+    let object = target_dir.join("bpfel-unknown-none/release/qpwatch");
+    std::fs::copy(&object, out_dir.join("qpwatch-ebpf"))
+        .unwrap_or_else(|e| panic!("copying {}: {e}", object.display()));
+}
