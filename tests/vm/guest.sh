@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs inside the VM (started by tests/vm/run): brings up soft-RoCE on a dummy
+# netdev with no outside network, then runs each scenario in its own shell,
+# recording "name<TAB>status<TAB>seconds" in $RESULTS.
+set -uo pipefail
+OUT_ROOT=$1
+shift
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+export REPO
+export BIN=${BIN:-$REPO/target/release}
+RESULTS=$OUT_ROOT/results.tsv
+: >"$RESULTS"
+
+setup_rxe() {
+  set -e
+  ip link set lo up
+  modprobe rdma_rxe
+  modprobe rdma_ucm # rdma_cm must be loaded before its tracepoints are used
+  ip link add qpw0 type dummy
+  ip addr add 198.18.0.1/24 dev qpw0
+  ip link set qpw0 up
+  rdma link add rxe0 type rxe netdev qpw0
+  set +e
+  # Test traffic stays inside the guest: no interface but loopback and the dummy.
+  local extra
+  extra=$(ip -o link show | awk -F': ' '{print $2}' | grep -vxE 'lo|qpw0' || true)
+  if [ -n "$extra" ]; then
+    echo "guest: unexpected network interfaces: $extra"
+    return 1
+  fi
+}
+
+echo "guest: kernel $(uname -r), $(nproc) cpus"
+if ! setup_rxe >"$OUT_ROOT/setup.log" 2>&1; then
+  cat "$OUT_ROOT/setup.log"
+  printf 'setup\tFAIL\t0\n' >>"$RESULTS"
+  exit 1
+fi
+mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+
+for scenario in "$@"; do
+  # "name" is tests/vm/scenarios/name.sh; "dir/name" is tests/vm/dir/name.sh
+  case $scenario in
+    */*) script=$REPO/tests/vm/$scenario.sh ;;
+    *) script=$REPO/tests/vm/scenarios/$scenario.sh ;;
+  esac
+  out=$OUT_ROOT/$scenario
+  mkdir -p "$out"
+  start=$(date +%s)
+  echo "guest: === $scenario"
+  OUT=$out timeout --kill-after=10 "${SCENARIO_TIMEOUT:-300}" \
+    bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
+    >"$out/log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - start))
+  if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; fi
+  [ $rc -eq 124 ] && status=TIMEOUT
+  printf '%s\t%s\t%s\n' "$scenario" "$status" "$secs" >>"$RESULTS"
+  echo "guest: $scenario $status (${secs}s)"
+  # leftovers of a failed scenario must not leak into the next one
+  pkill -x qpwatch 2>/dev/null; pkill -x rping 2>/dev/null
+  sleep 0.5
+done
+echo "guest: done"

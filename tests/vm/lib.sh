@@ -1,0 +1,105 @@
+# Helpers for guest scenarios. Sourced by tests/vm/guest.sh before each scenario.
+# Every scenario runs with: set -euo pipefail, $REPO (repository root),
+# $OUT (this scenario's output directory), $BIN (release binaries).
+
+AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9435}
+RXE_ADDR=198.18.0.1
+AGENT_PID=
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+fail() {
+  log "FAIL: $*"
+  exit 1
+}
+
+# start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
+start_agent() {
+  local log_file="$OUT/agent.log"
+  "$BIN/qpwatch" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
+  AGENT_PID=$!
+  local i
+  for i in $(seq 1 600); do
+    if curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; then
+      log "agent ready (pid $AGENT_PID) after $((i / 10)).$((i % 10)) s"
+      return 0
+    fi
+    if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+      cat "$log_file" >&2
+      fail "agent exited during start-up"
+    fi
+    sleep 0.1
+  done
+  cat "$log_file" >&2
+  fail "agent not ready after 60 s"
+}
+
+# stop_agent: SIGTERM, expect exit 0.
+stop_agent() {
+  [ -n "$AGENT_PID" ] || return 0
+  kill -TERM "$AGENT_PID"
+  local rc=0
+  wait "$AGENT_PID" || rc=$?
+  AGENT_PID=
+  [ "$rc" -eq 0 ] || fail "agent exited with $rc on SIGTERM"
+}
+
+# scrape NAME: saves /metrics to $OUT/NAME.prom and prints the path.
+scrape() {
+  local file="$OUT/$1.prom"
+  curl -fsS "http://$AGENT_ADDR/metrics" >"$file" || fail "scrape failed"
+  echo "$file"
+}
+
+# metric FILE SELECTOR: sum of the matching series (see promtext.awk).
+metric() { awk -v sel="$2" -f "$REPO/tests/vm/promtext.awk" "$1"; }
+
+# series_count FILE SELECTOR: number of matching series.
+series_count() { awk -v sel="$2" -v mode=count -f "$REPO/tests/vm/promtext.awk" "$1"; }
+
+# delta BEFORE AFTER SELECTOR
+delta() { echo $(($(metric "$2" "$3") - $(metric "$1" "$3"))); }
+
+assert_eq() {
+  local what=$1 expected=$2 actual=$3
+  if [ "$expected" != "$actual" ]; then
+    fail "$what: expected $expected, got $actual"
+  fi
+  log "ok: $what = $actual"
+}
+
+# wait_for_metric SELECTOR EXPECTED [TIMEOUT_S]: polls until the sum equals
+# EXPECTED (events are drained asynchronously); leaves the last scrape in $LAST.
+wait_for_metric() {
+  local sel=$1 expected=$2 timeout=${3:-30} i value=
+  for i in $(seq 1 $((timeout * 5))); do
+    LAST=$(scrape "wait")
+    value=$(metric "$LAST" "$sel")
+    [ "$value" = "$expected" ] && return 0
+    sleep 0.2
+  done
+  log "timeout: $sel = $value, expected $expected"
+  return 1
+}
+
+# rdma_qps JQ_FILTER: number of QPs in `rdma -j res show qp` matching a jq select.
+rdma_qps() {
+  rdma -j res show qp | jq "[.[] | select($1)] | length"
+}
+
+# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds.
+wait_until() {
+  local timeout=$1 i
+  shift
+  for i in $(seq 1 $((timeout * 10))); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+cleanup_scenario() {
+  if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
+  pkill -x rping 2>/dev/null || true
+}
+trap cleanup_scenario EXIT

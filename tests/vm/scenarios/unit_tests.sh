@@ -1,0 +1,11 @@
+# The agent's unit tests, run where ib_core's BTF exists: the BTF offset
+# reader against the real `struct ib_qp`, and the QP state/type tables against
+# the running kernel's enums. Fails if those tests were skipped.
+[ -r /sys/kernel/btf/ib_core ] || fail "ib_core BTF missing in the guest"
+"$QPWATCH_UNIT_TESTS" --test-threads 1 --nocapture >"$OUT/unit.log" 2>&1 || { cat "$OUT/unit.log"; fail "unit tests failed"; }
+tail -n 3 "$OUT/unit.log"
+if grep -E "not loaded on this host|BTF not present" "$OUT/unit.log"; then
+  fail "kernel-dependent unit tests skipped themselves in the guest"
+fi
+grep -q "test offsets::tests::resolves_running_kernel_ib_core_when_loaded ... ok" "$OUT/unit.log" || fail "ib_core offset test did not run"
+grep -q "test rdma::tests::tables_match_running_kernel_btf ... ok" "$OUT/unit.log" || fail "enum table test did not run"
