@@ -21,6 +21,8 @@ pub enum EventKind {
     QpCreate = 1,
     QpModify = 2,
     QpDestroy = 3,
+    /// An RDMA CM call, handler or tracepoint: a [`CmEvent`].
+    Cm = 4,
 }
 
 impl EventKind {
@@ -29,6 +31,7 @@ impl EventKind {
             1 => Some(Self::QpCreate),
             2 => Some(Self::QpModify),
             3 => Some(Self::QpDestroy),
+            4 => Some(Self::Cm),
             _ => None,
         }
     }
@@ -133,13 +136,247 @@ impl LostReason {
     }
 }
 
-/// Hook ids used in [`PendingKey::hook`].
+/// Hook ids used in [`PendingKey::hook`]. CM hooks use `CM_BASE + CmOp`.
 pub mod hook {
     pub const CREATE_QP_USER: u32 = 1;
     pub const CREATE_QP_KERNEL: u32 = 2;
     pub const MODIFY_QP: u32 = 3;
     pub const DESTROY_QP: u32 = 4;
+    pub const CM_BASE: u32 = 1000;
 }
+
+/// What produced a [`CmEvent`]: an rdma_cm function (kprobe + kretprobe) or
+/// an `rdma_cma:*` tracepoint.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmOp {
+    /// `rdma_create_qp(id, pd, init_attr)`
+    CreateQp = 1,
+    /// `rdma_destroy_qp(id)`
+    DestroyQp = 2,
+    /// `cma_init_conn_qp(id_priv, qp)`: RESET→INIT of a connected kernel QP
+    InitConnQp = 3,
+    /// `cma_init_ud_qp(id_priv, qp)`: RESET→INIT→RTR→RTS of a kernel UD QP
+    InitUdQp = 4,
+    /// `cma_modify_qp_rtr(id_priv, conn_param)`
+    ModifyQpRtr = 5,
+    /// `cma_modify_qp_rts(id_priv, conn_param)`
+    ModifyQpRts = 6,
+    /// `cma_modify_qp_err(id_priv)`
+    ModifyQpErr = 7,
+    /// `cma_cm_event_handler(id_priv, event)`: delivery of an RDMA CM event
+    EventHandler = 8,
+    /// `cma_ib_handler(ib_cm_id, ib_cm_event)`: IB CM event on a connection
+    IbHandler = 9,
+    /// `cma_ib_req_handler(ib_cm_id, ib_cm_event)`: incoming connection request
+    IbReqHandler = 10,
+    /// `ucma_event_handler(cm_id, event)`: queueing of an event to userspace
+    UcmaHandler = 11,
+    BindAddr = 12,
+    ResolveAddr = 13,
+    ResolveRoute = 14,
+    Listen = 15,
+    /// `rdma_connect_locked(id, conn_param)`
+    Connect = 16,
+    Accept = 17,
+    Disconnect = 18,
+    /// `rdma_cma:cm_send_req` (cm_id, qp_num)
+    TpSendReq = 32,
+    TpSendRep = 33,
+    TpSendRtu = 34,
+    TpSendRej = 35,
+    TpSendMra = 36,
+    TpDisconnect = 37,
+    TpSentDreq = 38,
+    TpSentDrep = 39,
+    TpIdDestroy = 40,
+    TpQpCreate = 41,
+    TpQpDestroy = 42,
+    /// `rdma_cma:cm_event_handler`, used when the kprobe cannot attach
+    TpEventHandler = 43,
+    TpEventDone = 44,
+    TpReqHandler = 45,
+}
+
+impl CmOp {
+    pub const ALL: [CmOp; 32] = [
+        CmOp::CreateQp,
+        CmOp::DestroyQp,
+        CmOp::InitConnQp,
+        CmOp::InitUdQp,
+        CmOp::ModifyQpRtr,
+        CmOp::ModifyQpRts,
+        CmOp::ModifyQpErr,
+        CmOp::EventHandler,
+        CmOp::IbHandler,
+        CmOp::IbReqHandler,
+        CmOp::UcmaHandler,
+        CmOp::BindAddr,
+        CmOp::ResolveAddr,
+        CmOp::ResolveRoute,
+        CmOp::Listen,
+        CmOp::Connect,
+        CmOp::Accept,
+        CmOp::Disconnect,
+        CmOp::TpSendReq,
+        CmOp::TpSendRep,
+        CmOp::TpSendRtu,
+        CmOp::TpSendRej,
+        CmOp::TpSendMra,
+        CmOp::TpDisconnect,
+        CmOp::TpSentDreq,
+        CmOp::TpSentDrep,
+        CmOp::TpIdDestroy,
+        CmOp::TpQpCreate,
+        CmOp::TpQpDestroy,
+        CmOp::TpEventHandler,
+        CmOp::TpEventDone,
+        CmOp::TpReqHandler,
+    ];
+
+    pub fn from_u32(v: u32) -> Option<Self> {
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            if Self::ALL[i] as u32 == v {
+                return Some(Self::ALL[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+}
+
+/// [`CmEvent::flags`]: the id belongs to a userspace process (`res.user`).
+pub const CM_FLAG_USER: u32 = 1;
+/// The id has a kernel QP attached (`id->qp != NULL`): in-kernel consumers only.
+pub const CM_FLAG_HAS_QP: u32 = 2;
+/// `state` (at entry) was read.
+pub const CM_FLAG_STATE: u32 = 4;
+/// `state_after` (at return) was read.
+pub const CM_FLAG_STATE_AFTER: u32 = 8;
+
+/// One RDMA CM observation: a completed call (kprobe pair) or a tracepoint hit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CmEvent {
+    /// [`EventKind::Cm`].
+    pub kind: u32,
+    /// [`CmOp`] as u32.
+    pub op: u32,
+    pub start_ns: u64,
+    /// Equal to `start_ns` for tracepoints.
+    pub end_ns: u64,
+    pub pid_tgid: u64,
+    /// Kernel address of the `rdma_id_private`, 0 for tracepoints. Identifies an
+    /// id before it is attached to a device (and has no `res.id` yet).
+    pub id_ptr: u64,
+    /// `rdma_id_private.res.id`: the id `rdma res show cm_id` prints; 0 until
+    /// the id is attached to a device.
+    pub cm_id: u32,
+    pub qp_num: u32,
+    /// `enum rdma_cm_event_type` (handlers) or `enum ib_cm_event_type` (IB handlers).
+    pub event: u32,
+    /// Event status (handlers) or consumer result (`cm_event_done`).
+    pub status: i32,
+    /// Return code of the call.
+    pub rc: i32,
+    /// `enum rdma_cm_state` at entry.
+    pub state: u32,
+    /// `enum rdma_cm_state` at return.
+    pub state_after: u32,
+    /// `enum ib_qp_type` of the id.
+    pub qp_type: u32,
+    /// `CM_FLAG_*`.
+    pub flags: u32,
+    pub _reserved: u32,
+    pub comm: [u8; COMM_LEN],
+    pub device: [u8; DEVICE_NAME_LEN],
+}
+
+impl CmEvent {
+    pub const fn zeroed() -> Self {
+        Self {
+            kind: 0,
+            op: 0,
+            start_ns: 0,
+            end_ns: 0,
+            pid_tgid: 0,
+            id_ptr: 0,
+            cm_id: 0,
+            qp_num: 0,
+            event: 0,
+            status: 0,
+            rc: 0,
+            state: 0,
+            state_after: 0,
+            qp_type: 0,
+            flags: 0,
+            _reserved: 0,
+            comm: [0; COMM_LEN],
+            device: [0; DEVICE_NAME_LEN],
+        }
+    }
+}
+
+/// The `ib_cma:*` tracepoints (drivers/infiniband/core/cm_trace.h) counted in
+/// the kernel: program `tp_<name>` increments slot `index` of `IB_CM_HITS`.
+/// One program each: a BPF tracepoint program cannot tell which tracepoint
+/// fired, as perf_trace_run_bpf_submit() overwrites the record's common
+/// fields (`common_type`) with a pt_regs pointer.
+pub const IB_CM_TRACEPOINTS: [&str; 34] = [
+    "icm_dreq_skipped",
+    "icm_dreq_unknown_err",
+    "icm_establish_err",
+    "icm_handler_err",
+    "icm_insert_failed_err",
+    "icm_issue_drep",
+    "icm_issue_rej",
+    "icm_mad_send_err",
+    "icm_mra_unknown_err",
+    "icm_no_listener_err",
+    "icm_no_priv_err",
+    "icm_qp_init_err",
+    "icm_qp_rtr_err",
+    "icm_qp_rts_err",
+    "icm_rej_unknown_err",
+    "icm_remote_no_priv_err",
+    "icm_rep_unknown_err",
+    "icm_send_cm_rtu_err",
+    "icm_send_drep",
+    "icm_send_drep_err",
+    "icm_send_dreq",
+    "icm_send_dup_rep",
+    "icm_send_dup_req",
+    "icm_send_mra",
+    "icm_send_mra_unknown_err",
+    "icm_send_rej",
+    "icm_send_rep",
+    "icm_send_rep_err",
+    "icm_send_req",
+    "icm_send_rtu",
+    "icm_send_sidr_rep",
+    "icm_send_sidr_req",
+    "icm_send_unknown_rej_err",
+    "icm_staleconn_err",
+];
+
+/// Field offsets of one `rdma_cma:*` tracepoint record, from its tracefs
+/// `format` file; [`TP_FIELD_ABSENT`] where the tracepoint has no such field.
+/// Keyed in the `TP_LAYOUTS` map by the [`CmOp`] of the tracepoint.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TpLayout {
+    /// [`CmOp`] as u32.
+    pub op: u32,
+    pub cm_id: u16,
+    pub qp_num: u16,
+    /// An `unsigned long` event type.
+    pub event: u16,
+    /// An `int`: status, result or rc.
+    pub status: u16,
+}
+
+pub const TP_FIELD_ABSENT: u16 = u16::MAX;
 
 /// Byte offsets of the kernel struct fields the programs read, resolved from the
 /// running kernel's BTF by the agent and written into the `OFFSETS` global
@@ -158,9 +395,38 @@ pub struct KernelOffsets {
     pub valid: u32,
 }
 
+/// Offsets in rdma_cm's structs, from `/sys/kernel/btf/rdma_cm`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmOffsets {
+    /// `rdma_id_private.id`: the embedded `struct rdma_cm_id` (container_of).
+    pub id_priv_id: u32,
+    pub id_priv_state: u32,
+    pub id_priv_qp_num: u32,
+    pub id_priv_res_id: u32,
+    /// `rdma_id_private.res.user` (bool).
+    pub id_priv_res_user: u32,
+    /// `rdma_id_private.id.device`, `.id.qp`, `.id.qp_type`.
+    pub id_priv_device: u32,
+    pub id_priv_qp: u32,
+    pub id_priv_qp_type: u32,
+    pub cm_event_event: u32,
+    pub cm_event_status: u32,
+    pub ib_cm_id_context: u32,
+    pub ib_cm_event_event: u32,
+    /// Non-zero once the agent filled this struct.
+    pub valid: u32,
+}
+
 #[cfg(feature = "user")]
 // SAFETY: KernelOffsets is #[repr(C)], made only of u32 fields, and has no padding.
 unsafe impl aya::Pod for KernelOffsets {}
+#[cfg(feature = "user")]
+// SAFETY: as KernelOffsets.
+unsafe impl aya::Pod for CmOffsets {}
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], a u32 and four u16: 12 bytes, no padding.
+unsafe impl aya::Pod for TpLayout {}
 
 #[cfg(test)]
 mod tests {
@@ -173,5 +439,16 @@ mod tests {
         assert_eq!(size_of::<QpEvent>(), fields);
         assert_eq!(size_of::<PendingKey>(), 16);
         assert_eq!(size_of::<KernelOffsets>(), 4 * 8);
+        let cm_fields = 4 * 2 + 8 * 4 + 4 * 10 + COMM_LEN + DEVICE_NAME_LEN;
+        assert_eq!(size_of::<CmEvent>(), cm_fields);
+        assert_eq!(size_of::<TpLayout>(), 12);
+    }
+
+    #[test]
+    fn cm_ops_round_trip() {
+        for op in CmOp::ALL {
+            assert_eq!(CmOp::from_u32(op as u32), Some(op));
+        }
+        assert_eq!(CmOp::from_u32(0), None);
     }
 }

@@ -1,0 +1,408 @@
+//! RDMA CM programs: kprobe/kretprobe pairs on rdma_cm / rdma_ucm functions and
+//! one table-driven program for the `rdma_cma:*` tracepoints.
+//!
+//! Every CM record carries the id's `res.id` (the id `rdma res show cm_id`
+//! prints) and, for kprobes, the `rdma_id_private` address, which identifies
+//! an id before it is attached to a device.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{kprobe, kretprobe, map, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    Global,
+};
+use qpwatch_common::{
+    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, TpLayout, CM_FLAG_HAS_QP,
+    CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS, TP_FIELD_ABSENT,
+};
+
+use crate::{begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8};
+
+#[no_mangle]
+static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
+    id_priv_id: 0,
+    id_priv_state: 0,
+    id_priv_qp_num: 0,
+    id_priv_res_id: 0,
+    id_priv_res_user: 0,
+    id_priv_device: 0,
+    id_priv_qp: 0,
+    id_priv_qp_type: 0,
+    cm_event_event: 0,
+    cm_event_status: 0,
+    ib_cm_id_context: 0,
+    ib_cm_event_event: 0,
+    valid: 0,
+});
+
+#[map]
+static CM_PENDING: LruHashMap<PendingKey, CmEvent> = LruHashMap::with_max_entries(8192, 0);
+
+/// CmOp of an `rdma_cma:*` tracepoint → its field layout, filled from tracefs by the agent.
+#[map]
+static TP_LAYOUTS: HashMap<u32, TpLayout> = HashMap::with_max_entries(64, 0);
+
+/// Hits per `ib_cma:*` tracepoint, indexed as `IB_CM_TRACEPOINTS`.
+#[map]
+static IB_CM_HITS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(IB_CM_TRACEPOINTS.len() as u32, 0);
+
+#[inline(always)]
+fn cm_offsets() -> Option<(KernelOffsets, CmOffsets)> {
+    let cm = CM_OFFSETS.load();
+    if cm.valid == 0 {
+        return None;
+    }
+    Some((offsets()?, cm))
+}
+
+#[inline(always)]
+fn new_cm_event(op: CmOp) -> CmEvent {
+    let mut event = CmEvent::zeroed();
+    event.kind = EventKind::Cm as u32;
+    event.op = op as u32;
+    event.start_ns = now_ns();
+    event.end_ns = event.start_ns;
+    event.pid_tgid = bpf_get_current_pid_tgid();
+    event.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    event
+}
+
+/// Reads what the id says about itself; run at entry and again at return,
+/// since calls attach ids to devices, assign QPs and change states.
+#[inline(always)]
+fn describe_id(event: &mut CmEvent, id_priv: u64, k: &KernelOffsets, c: &CmOffsets) {
+    if id_priv == 0 {
+        return;
+    }
+    event.id_ptr = id_priv;
+    event.cm_id = read_u32(id_priv, c.id_priv_res_id);
+    event.qp_num = read_u32(id_priv, c.id_priv_qp_num);
+    event.qp_type = read_u32(id_priv, c.id_priv_qp_type);
+    if read_u8(id_priv, c.id_priv_res_user) != 0 {
+        event.flags |= CM_FLAG_USER;
+    }
+    if read_ptr(id_priv, c.id_priv_qp) != 0 {
+        event.flags |= CM_FLAG_HAS_QP;
+    }
+    if event.device[0] == 0 {
+        read_device_name(read_ptr(id_priv, c.id_priv_device), k, &mut event.device);
+    }
+}
+
+#[inline(always)]
+fn begin_cm(op: CmOp, id_priv: u64, fill: impl FnOnce(&mut CmEvent, &KernelOffsets, &CmOffsets)) {
+    let Some((k, c)) = cm_offsets() else { return };
+    let mut event = new_cm_event(op);
+    describe_id(&mut event, id_priv, &k, &c);
+    if id_priv != 0 {
+        event.state = read_u32(id_priv, c.id_priv_state);
+        event.flags |= CM_FLAG_STATE;
+    }
+    fill(&mut event, &k, &c);
+    begin(&CM_PENDING, hook::CM_BASE + op as u32, &event);
+}
+
+/// `only_with_qp`: drop the record when the id had no kernel QP at entry (the
+/// cma_*_qp helpers return early for userspace ids).
+#[inline(always)]
+fn finish_cm(ctx: &RetProbeContext, op: CmOp, only_with_qp: bool) {
+    let Some((k, c)) = cm_offsets() else { return };
+    let rc: u64 = ctx.ret();
+    finish(ctx, &CM_PENDING, hook::CM_BASE + op as u32, |event| {
+        let had_qp = event.flags & CM_FLAG_HAS_QP != 0;
+        event.rc = rc as i32;
+        let id_priv = event.id_ptr;
+        if id_priv != 0 {
+            describe_id(event, id_priv, &k, &c);
+            event.state_after = read_u32(id_priv, c.id_priv_state);
+            event.flags |= CM_FLAG_STATE_AFTER;
+        }
+        had_qp || !only_with_qp
+    });
+}
+
+/// `container_of(id, struct rdma_id_private, id)`.
+#[inline(always)]
+fn id_priv_of(cm_id: u64) -> u64 {
+    match cm_offsets() {
+        Some((_, c)) if cm_id != 0 => cm_id - c.id_priv_id as u64,
+        _ => 0,
+    }
+}
+
+macro_rules! cm_call {
+    ($entry:ident, $ret:ident, $op:expr, $arg0:ident) => {
+        #[kprobe]
+        pub fn $entry(ctx: ProbeContext) -> u32 {
+            let arg0: u64 = ctx.arg(0).unwrap_or(0);
+            begin_cm($op, $arg0(arg0), |_, _, _| {});
+            0
+        }
+
+        #[kretprobe]
+        pub fn $ret(ctx: RetProbeContext) -> u32 {
+            finish_cm(&ctx, $op, false);
+            0
+        }
+    };
+}
+
+macro_rules! cma_qp_helper {
+    ($entry:ident, $ret:ident, $op:expr) => {
+        #[kprobe]
+        pub fn $entry(ctx: ProbeContext) -> u32 {
+            let id_priv: u64 = ctx.arg(0).unwrap_or(0);
+            begin_cm($op, id_priv, |_, _, _| {});
+            0
+        }
+
+        #[kretprobe]
+        pub fn $ret(ctx: RetProbeContext) -> u32 {
+            finish_cm(&ctx, $op, true);
+            0
+        }
+    };
+}
+
+// int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr) and friends:
+// the first argument is the embedded `struct rdma_cm_id`.
+cm_call!(cm_bind_addr, cm_bind_addr_ret, CmOp::BindAddr, id_priv_of);
+cm_call!(
+    cm_resolve_addr,
+    cm_resolve_addr_ret,
+    CmOp::ResolveAddr,
+    id_priv_of
+);
+cm_call!(
+    cm_resolve_route,
+    cm_resolve_route_ret,
+    CmOp::ResolveRoute,
+    id_priv_of
+);
+cm_call!(cm_listen, cm_listen_ret, CmOp::Listen, id_priv_of);
+cm_call!(cm_connect, cm_connect_ret, CmOp::Connect, id_priv_of);
+cm_call!(cm_accept, cm_accept_ret, CmOp::Accept, id_priv_of);
+cm_call!(
+    cm_disconnect,
+    cm_disconnect_ret,
+    CmOp::Disconnect,
+    id_priv_of
+);
+// void rdma_destroy_qp(struct rdma_cm_id *id)
+cm_call!(
+    cm_destroy_qp,
+    cm_destroy_qp_ret,
+    CmOp::DestroyQp,
+    id_priv_of
+);
+
+// The static cma_*_qp helpers of drivers/infiniband/core/cma.c take the
+// rdma_id_private itself. They only act on ids with a kernel QP.
+cma_qp_helper!(cm_init_conn_qp, cm_init_conn_qp_ret, CmOp::InitConnQp);
+cma_qp_helper!(cm_init_ud_qp, cm_init_ud_qp_ret, CmOp::InitUdQp);
+cma_qp_helper!(cm_modify_qp_rtr, cm_modify_qp_rtr_ret, CmOp::ModifyQpRtr);
+cma_qp_helper!(cm_modify_qp_rts, cm_modify_qp_rts_ret, CmOp::ModifyQpRts);
+cma_qp_helper!(cm_modify_qp_err, cm_modify_qp_err_ret, CmOp::ModifyQpErr);
+
+/// `int rdma_create_qp(struct rdma_cm_id *id, struct ib_pd *pd,
+///     struct ib_qp_init_attr *qp_init_attr)`; `id_priv->qp_num` is set on success.
+#[kprobe]
+pub fn cm_create_qp(ctx: ProbeContext) -> u32 {
+    let id: u64 = ctx.arg(0).unwrap_or(0);
+    let pd: u64 = ctx.arg(1).unwrap_or(0);
+    let init_attr: u64 = ctx.arg(2).unwrap_or(0);
+    begin_cm(CmOp::CreateQp, id_priv_of(id), |event, k, _| {
+        event.qp_type = read_u32(init_attr, k.ib_qp_init_attr_qp_type);
+        if event.device[0] == 0 && pd != 0 {
+            read_device_name(read_ptr(pd, k.ib_pd_device), k, &mut event.device);
+        }
+    });
+    0
+}
+
+#[kretprobe]
+pub fn cm_create_qp_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::CreateQp, false);
+    0
+}
+
+/// `static int cma_cm_event_handler(struct rdma_id_private *id_priv,
+///     struct rdma_cm_event *event)`: every RDMA CM event goes through it to
+/// the consumer's handler (ucma for userspace ids).
+#[kprobe]
+pub fn cm_event_handler(ctx: ProbeContext) -> u32 {
+    let id_priv: u64 = ctx.arg(0).unwrap_or(0);
+    let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
+    begin_cm(CmOp::EventHandler, id_priv, |event, _, c| {
+        event.event = read_u32(event_ptr, c.cm_event_event);
+        event.status = read_u32(event_ptr, c.cm_event_status) as i32;
+    });
+    0
+}
+
+#[kretprobe]
+pub fn cm_event_handler_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::EventHandler, false);
+    0
+}
+
+/// `static int ucma_event_handler(struct rdma_cm_id *cm_id,
+///     struct rdma_cm_event *event)` in rdma_ucm.
+#[kprobe]
+pub fn cm_ucma_handler(ctx: ProbeContext) -> u32 {
+    let id: u64 = ctx.arg(0).unwrap_or(0);
+    let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
+    begin_cm(CmOp::UcmaHandler, id_priv_of(id), |event, _, c| {
+        event.event = read_u32(event_ptr, c.cm_event_event);
+        event.status = read_u32(event_ptr, c.cm_event_status) as i32;
+    });
+    0
+}
+
+#[kretprobe]
+pub fn cm_ucma_handler_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::UcmaHandler, false);
+    0
+}
+
+/// `static int cma_ib_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *ib_event)`
+/// and `cma_ib_req_handler` (same signature): `cm_id->context` is the
+/// rdma_id_private (the listener's, for requests).
+#[inline(always)]
+fn begin_ib_handler(ctx: &ProbeContext, op: CmOp) {
+    let Some((_, c)) = cm_offsets() else { return };
+    let ib_cm_id: u64 = ctx.arg(0).unwrap_or(0);
+    let ib_event: u64 = ctx.arg(1).unwrap_or(0);
+    let id_priv = if ib_cm_id == 0 {
+        0
+    } else {
+        read_ptr(ib_cm_id, c.ib_cm_id_context)
+    };
+    begin_cm(op, id_priv, |event, _, c| {
+        event.event = read_u32(ib_event, c.ib_cm_event_event);
+    });
+}
+
+#[kprobe]
+pub fn cm_ib_handler(ctx: ProbeContext) -> u32 {
+    begin_ib_handler(&ctx, CmOp::IbHandler);
+    0
+}
+
+#[kretprobe]
+pub fn cm_ib_handler_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::IbHandler, false);
+    0
+}
+
+#[kprobe]
+pub fn cm_ib_req_handler(ctx: ProbeContext) -> u32 {
+    begin_ib_handler(&ctx, CmOp::IbReqHandler);
+    0
+}
+
+#[kretprobe]
+pub fn cm_ib_req_handler_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::IbReqHandler, false);
+    0
+}
+
+#[inline(always)]
+fn read_tp<T: Default>(ctx: &TracePointContext, offset: u16) -> T {
+    if offset == TP_FIELD_ABSENT {
+        return T::default();
+    }
+    // SAFETY: the offset comes from this tracepoint's tracefs format; the helper checks bounds.
+    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
+}
+
+/// One program per `rdma_cma:*` tracepoint (see `IB_CM_TRACEPOINTS` for why),
+/// reading the fields at the offsets of this kernel's tracefs format.
+#[inline(always)]
+fn cma_tracepoint_hit(ctx: &TracePointContext, op: CmOp) {
+    // SAFETY: plain lookup; the value is copied out before anything else runs.
+    let Some(layout) = (unsafe { TP_LAYOUTS.get(op as u32) }).copied() else {
+        return;
+    };
+    let mut event = new_cm_event(op);
+    event.cm_id = read_tp::<u32>(ctx, layout.cm_id);
+    event.qp_num = read_tp::<u32>(ctx, layout.qp_num);
+    event.event = read_tp::<u64>(ctx, layout.event) as u32;
+    event.status = read_tp::<i32>(ctx, layout.status);
+    emit(&event);
+}
+
+macro_rules! cma_tracepoint {
+    ($name:ident, $op:expr) => {
+        #[tracepoint]
+        pub fn $name(ctx: TracePointContext) -> u32 {
+            cma_tracepoint_hit(&ctx, $op);
+            0
+        }
+    };
+}
+
+cma_tracepoint!(tp_cm_send_req, CmOp::TpSendReq);
+cma_tracepoint!(tp_cm_send_rep, CmOp::TpSendRep);
+cma_tracepoint!(tp_cm_send_rtu, CmOp::TpSendRtu);
+cma_tracepoint!(tp_cm_send_rej, CmOp::TpSendRej);
+cma_tracepoint!(tp_cm_send_mra, CmOp::TpSendMra);
+cma_tracepoint!(tp_cm_disconnect, CmOp::TpDisconnect);
+cma_tracepoint!(tp_cm_sent_dreq, CmOp::TpSentDreq);
+cma_tracepoint!(tp_cm_sent_drep, CmOp::TpSentDrep);
+cma_tracepoint!(tp_cm_id_destroy, CmOp::TpIdDestroy);
+cma_tracepoint!(tp_cm_qp_create, CmOp::TpQpCreate);
+cma_tracepoint!(tp_cm_qp_destroy, CmOp::TpQpDestroy);
+cma_tracepoint!(tp_cm_event_handler, CmOp::TpEventHandler);
+cma_tracepoint!(tp_cm_event_done, CmOp::TpEventDone);
+cma_tracepoint!(tp_cm_req_handler, CmOp::TpReqHandler);
+
+macro_rules! ib_cm_tracepoint {
+    ($name:ident, $index:expr) => {
+        #[tracepoint]
+        pub fn $name(_ctx: TracePointContext) -> u32 {
+            if let Some(hits) = IB_CM_HITS.get_ptr_mut($index) {
+                // SAFETY: per-CPU slot.
+                unsafe { *hits += 1 };
+            }
+            0
+        }
+    };
+}
+
+ib_cm_tracepoint!(tp_icm_dreq_skipped, 0);
+ib_cm_tracepoint!(tp_icm_dreq_unknown_err, 1);
+ib_cm_tracepoint!(tp_icm_establish_err, 2);
+ib_cm_tracepoint!(tp_icm_handler_err, 3);
+ib_cm_tracepoint!(tp_icm_insert_failed_err, 4);
+ib_cm_tracepoint!(tp_icm_issue_drep, 5);
+ib_cm_tracepoint!(tp_icm_issue_rej, 6);
+ib_cm_tracepoint!(tp_icm_mad_send_err, 7);
+ib_cm_tracepoint!(tp_icm_mra_unknown_err, 8);
+ib_cm_tracepoint!(tp_icm_no_listener_err, 9);
+ib_cm_tracepoint!(tp_icm_no_priv_err, 10);
+ib_cm_tracepoint!(tp_icm_qp_init_err, 11);
+ib_cm_tracepoint!(tp_icm_qp_rtr_err, 12);
+ib_cm_tracepoint!(tp_icm_qp_rts_err, 13);
+ib_cm_tracepoint!(tp_icm_rej_unknown_err, 14);
+ib_cm_tracepoint!(tp_icm_remote_no_priv_err, 15);
+ib_cm_tracepoint!(tp_icm_rep_unknown_err, 16);
+ib_cm_tracepoint!(tp_icm_send_cm_rtu_err, 17);
+ib_cm_tracepoint!(tp_icm_send_drep, 18);
+ib_cm_tracepoint!(tp_icm_send_drep_err, 19);
+ib_cm_tracepoint!(tp_icm_send_dreq, 20);
+ib_cm_tracepoint!(tp_icm_send_dup_rep, 21);
+ib_cm_tracepoint!(tp_icm_send_dup_req, 22);
+ib_cm_tracepoint!(tp_icm_send_mra, 23);
+ib_cm_tracepoint!(tp_icm_send_mra_unknown_err, 24);
+ib_cm_tracepoint!(tp_icm_send_rej, 25);
+ib_cm_tracepoint!(tp_icm_send_rep, 26);
+ib_cm_tracepoint!(tp_icm_send_rep_err, 27);
+ib_cm_tracepoint!(tp_icm_send_req, 28);
+ib_cm_tracepoint!(tp_icm_send_rtu, 29);
+ib_cm_tracepoint!(tp_icm_send_sidr_rep, 30);
+ib_cm_tracepoint!(tp_icm_send_sidr_req, 31);
+ib_cm_tracepoint!(tp_icm_send_unknown_rej_err, 32);
+ib_cm_tracepoint!(tp_icm_staleconn_err, 33);

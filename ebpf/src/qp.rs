@@ -1,0 +1,163 @@
+//! QP lifecycle programs: kprobe/kretprobe pairs in ib_core.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{kprobe, kretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use qpwatch_common::{
+    hook, EventKind, KernelOffsets, QpEvent, QpOrigin, COMM_LEN, IB_QP_STATE_MASK,
+};
+
+use crate::{
+    begin, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, MAX_ERRNO, PENDING,
+};
+
+#[inline(always)]
+fn new_event(kind: EventKind) -> QpEvent {
+    let mut event = QpEvent::zeroed();
+    event.kind = kind as u32;
+    event.start_ns = now_ns();
+    event.pid_tgid = bpf_get_current_pid_tgid();
+    event.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    event
+}
+
+#[inline(always)]
+fn begin_create(origin: QpOrigin, hook: u32, device: u64, init_attr: u64, offsets: &KernelOffsets) {
+    let mut event = new_event(EventKind::QpCreate);
+    event.origin = origin as u32;
+    event.qp_type = read_u32(init_attr, offsets.ib_qp_init_attr_qp_type);
+    read_device_name(device, offsets, &mut event.device);
+    begin(&PENDING, hook, &event);
+}
+
+#[inline(always)]
+fn finish_create(ctx: &RetProbeContext, hook: u32) {
+    let Some(offsets) = offsets() else { return };
+    let qp: u64 = ctx.ret();
+    finish(ctx, &PENDING, hook, |event| {
+        if qp == 0 || qp >= MAX_ERRNO.wrapping_neg() {
+            event.rc = qp as i64 as i32;
+        } else {
+            event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
+            event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+        }
+        true
+    });
+}
+
+/// `struct ib_qp *ib_create_qp_user(struct ib_device *dev, struct ib_pd *pd,
+///     struct ib_qp_init_attr *attr, struct ib_udata *udata, struct ib_uqp_object *uobj,
+///     const char *caller)` — every uverbs QP, including librdmacm's `rdma_create_qp`.
+#[kprobe]
+pub fn qp_create_user(ctx: ProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
+    let device: u64 = ctx.arg(0).unwrap_or(0);
+    let init_attr: u64 = ctx.arg(2).unwrap_or(0);
+    begin_create(
+        QpOrigin::User,
+        hook::CREATE_QP_USER,
+        device,
+        init_attr,
+        &offsets,
+    );
+    0
+}
+
+#[kretprobe]
+pub fn qp_create_user_ret(ctx: RetProbeContext) -> u32 {
+    finish_create(&ctx, hook::CREATE_QP_USER);
+    0
+}
+
+/// `struct ib_qp *ib_create_qp_kernel(struct ib_pd *pd, struct ib_qp_init_attr *attr,
+///     const char *caller)` — in-kernel consumers; the device is `pd->device`.
+#[kprobe]
+pub fn qp_create_kernel(ctx: ProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
+    let pd: u64 = ctx.arg(0).unwrap_or(0);
+    let init_attr: u64 = ctx.arg(1).unwrap_or(0);
+    let device = if pd == 0 {
+        0
+    } else {
+        read_ptr(pd, offsets.ib_pd_device)
+    };
+    begin_create(
+        QpOrigin::Kernel,
+        hook::CREATE_QP_KERNEL,
+        device,
+        init_attr,
+        &offsets,
+    );
+    0
+}
+
+#[kretprobe]
+pub fn qp_create_kernel_ret(ctx: RetProbeContext) -> u32 {
+    finish_create(&ctx, hook::CREATE_QP_KERNEL);
+    0
+}
+
+#[inline(always)]
+fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets) {
+    event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
+    event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+    read_device_name(
+        read_ptr(qp, offsets.ib_qp_device),
+        offsets,
+        &mut event.device,
+    );
+}
+
+/// `static int _ib_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int attr_mask,
+///     struct ib_udata *udata)` — both `ib_modify_qp_with_udata` (uverbs) and
+/// `ib_modify_qp` (kernel) end here, always with `qp->real_qp`.
+#[kprobe]
+pub fn qp_modify(ctx: ProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
+    let qp: u64 = ctx.arg(0).unwrap_or(0);
+    let attr: u64 = ctx.arg(1).unwrap_or(0);
+    let attr_mask: u32 = ctx.arg(2).unwrap_or(0);
+    let mut event = new_event(EventKind::QpModify);
+    qp_identity(&mut event, qp, &offsets);
+    event.attr_mask = attr_mask;
+    if attr_mask & IB_QP_STATE_MASK != 0 {
+        event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
+    }
+    begin(&PENDING, hook::MODIFY_QP, &event);
+    0
+}
+
+#[kretprobe]
+pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
+    let rc: u64 = ctx.ret();
+    finish(&ctx, &PENDING, hook::MODIFY_QP, |event| {
+        event.rc = rc as i32;
+        true
+    });
+    0
+}
+
+/// `int ib_destroy_qp_user(struct ib_qp *qp, struct ib_udata *udata)` — uverbs and
+/// kernel (`ib_destroy_qp()` is an inline wrapper) destroys alike. Fails with
+/// -EBUSY while the QP is still in use, so the return code decides.
+#[kprobe]
+pub fn qp_destroy(ctx: ProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
+    let qp: u64 = ctx.arg(0).unwrap_or(0);
+    let mut event = new_event(EventKind::QpDestroy);
+    qp_identity(&mut event, qp, &offsets);
+    begin(&PENDING, hook::DESTROY_QP, &event);
+    0
+}
+
+#[kretprobe]
+pub fn qp_destroy_ret(ctx: RetProbeContext) -> u32 {
+    let rc: u64 = ctx.ret();
+    finish(&ctx, &PENDING, hook::DESTROY_QP, |event| {
+        event.rc = rc as i32;
+        true
+    });
+    0
+}
