@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use qpwatch_common::KernelOffsets;
+use qpwatch_common::{CmOffsets, KernelOffsets};
 use thiserror::Error;
 
 use crate::btf::{Btf, BtfError};
@@ -61,6 +61,20 @@ pub const IB_DEVICE_NAME: FieldSpec = field(
 pub const IB_QP_ATTR_QP_STATE: FieldSpec = field("ib_core", "ib_qp_attr", "qp_state", 4);
 pub const IB_QP_INIT_ATTR_QP_TYPE: FieldSpec = field("ib_core", "ib_qp_init_attr", "qp_type", 4);
 
+/// `rdma_id_private` and friends live in rdma_cm (drivers/infiniband/core/cma_priv.h).
+pub const ID_PRIV_ID: FieldSpec = field("rdma_cm", "rdma_id_private", "id", 0);
+pub const ID_PRIV_STATE: FieldSpec = field("rdma_cm", "rdma_id_private", "state", 4);
+pub const ID_PRIV_QP_NUM: FieldSpec = field("rdma_cm", "rdma_id_private", "qp_num", 4);
+pub const ID_PRIV_RES_ID: FieldSpec = field("rdma_cm", "rdma_id_private", "res.id", 4);
+pub const ID_PRIV_RES_USER: FieldSpec = field("rdma_cm", "rdma_id_private", "res.user", 1);
+pub const ID_PRIV_DEVICE: FieldSpec = field("rdma_cm", "rdma_id_private", "id.device", 8);
+pub const ID_PRIV_QP: FieldSpec = field("rdma_cm", "rdma_id_private", "id.qp", 8);
+pub const ID_PRIV_QP_TYPE: FieldSpec = field("rdma_cm", "rdma_id_private", "id.qp_type", 4);
+pub const CM_EVENT_EVENT: FieldSpec = field("rdma_cm", "rdma_cm_event", "event", 4);
+pub const CM_EVENT_STATUS: FieldSpec = field("rdma_cm", "rdma_cm_event", "status", 4);
+pub const IB_CM_ID_CONTEXT: FieldSpec = field("rdma_cm", "ib_cm_id", "context", 8);
+pub const IB_CM_EVENT_EVENT: FieldSpec = field("rdma_cm", "ib_cm_event", "event", 4);
+
 #[derive(Debug, Error)]
 pub enum OffsetError {
     #[error("cannot read BTF {path}: {source} (kernel {kernel}; is the module loaded and CONFIG_DEBUG_INFO_BTF_MODULES set?)")]
@@ -78,6 +92,13 @@ pub enum OffsetError {
     #[error("kernel {kernel}: field {field} not found in {} BTF: {source}", field.module)]
     Missing {
         field: FieldSpec,
+        kernel: String,
+        source: Box<BtfError>,
+    },
+    #[error("kernel {kernel}: enum {name} not found in {module} BTF: {source}")]
+    Enum {
+        name: String,
+        module: &'static str,
         kernel: String,
         source: Box<BtfError>,
     },
@@ -110,6 +131,11 @@ impl KernelBtf {
 
     pub fn kernel(&self) -> &str {
         &self.kernel
+    }
+
+    /// Drops the cached BTF of an unloaded module (it is re-read when it returns).
+    pub fn forget(&mut self, module: &str) {
+        self.modules.remove(module);
     }
 
     fn load(&self, name: &str, base: Option<Arc<Btf>>) -> Result<Btf, OffsetError> {
@@ -167,7 +193,8 @@ impl KernelBtf {
                     kernel: self.kernel.clone(),
                     source: Box::new(source),
                 })?;
-        if found.size != spec.size {
+        // size 0: only the offset matters (container_of of an embedded struct)
+        if spec.size != 0 && found.size != spec.size {
             return Err(OffsetError::WrongSize {
                 field: spec,
                 kernel: self.kernel.clone(),
@@ -190,6 +217,61 @@ impl KernelBtf {
             ib_qp_init_attr_qp_type: self.offset(IB_QP_INIT_ATTR_QP_TYPE)?,
             valid: 1,
         })
+    }
+
+    /// Offsets of the RDMA CM programs (rdma_cm must be loaded).
+    pub fn cm_offsets(&mut self) -> Result<CmOffsets, OffsetError> {
+        Ok(CmOffsets {
+            id_priv_id: self.offset(ID_PRIV_ID)?,
+            id_priv_state: self.offset(ID_PRIV_STATE)?,
+            id_priv_qp_num: self.offset(ID_PRIV_QP_NUM)?,
+            id_priv_res_id: self.offset(ID_PRIV_RES_ID)?,
+            id_priv_res_user: self.offset(ID_PRIV_RES_USER)?,
+            id_priv_device: self.offset(ID_PRIV_DEVICE)?,
+            id_priv_qp: self.offset(ID_PRIV_QP)?,
+            id_priv_qp_type: self.offset(ID_PRIV_QP_TYPE)?,
+            cm_event_event: self.offset(CM_EVENT_EVENT)?,
+            cm_event_status: self.offset(CM_EVENT_STATUS)?,
+            ib_cm_id_context: self.offset(IB_CM_ID_CONTEXT)?,
+            ib_cm_event_event: self.offset(IB_CM_EVENT_EVENT)?,
+            valid: 1,
+        })
+    }
+
+    /// Enumerator names of `name` in `module`'s BTF, indexed by value, with
+    /// `prefix` stripped (e.g. `RDMA_CM_` of `enum rdma_cm_state`). Values
+    /// without an enumerator are `None`.
+    pub fn enum_names(
+        &mut self,
+        module: &'static str,
+        name: &str,
+        prefix: &str,
+    ) -> Result<Vec<Option<String>>, OffsetError> {
+        let btf = self.module(module)?;
+        let values = btf.enum_values(name).map_err(|source| OffsetError::Enum {
+            name: name.to_owned(),
+            module,
+            kernel: self.kernel.clone(),
+            source: Box::new(source),
+        })?;
+        let max = values
+            .iter()
+            .map(|(_, v)| *v)
+            .filter(|v| (0..=4096).contains(v))
+            .max()
+            .unwrap_or(-1);
+        let mut names = vec![None; (max + 1) as usize];
+        for (enumerator, value) in values {
+            if (0..=max).contains(&value) {
+                names[value as usize] = Some(
+                    enumerator
+                        .strip_prefix(prefix)
+                        .unwrap_or(&enumerator)
+                        .to_owned(),
+                );
+            }
+        }
+        Ok(names)
     }
 }
 
@@ -349,5 +431,23 @@ mod tests {
         // ib_qp starts with `struct ib_device *device` in every kernel since 2.6.
         assert_eq!(offsets.ib_qp_device, 0);
         assert!(offsets.ib_qp_qp_num > 0 && offsets.ib_qp_qp_type > offsets.ib_qp_qp_num);
+    }
+
+    /// Same for rdma_cm (VM suite): rdma_id_private embeds the rdma_cm_id first.
+    #[test]
+    fn resolves_running_kernel_rdma_cm_when_loaded() {
+        if !module_btf_present(Path::new(DEFAULT_BTF_DIR), "rdma_cm") {
+            eprintln!("rdma_cm not loaded on this host; covered by the VM suite");
+            return;
+        }
+        let mut btf = KernelBtf::new(DEFAULT_BTF_DIR);
+        let cm = btf.cm_offsets().unwrap();
+        assert_eq!(cm.id_priv_id, 0);
+        assert!(cm.id_priv_res_id > cm.id_priv_qp_num);
+        let states = btf
+            .enum_names("rdma_cm", "rdma_cm_state", "RDMA_CM_")
+            .unwrap();
+        assert_eq!(states[0].as_deref(), Some("IDLE"));
+        assert!(states.iter().flatten().any(|s| s == "LISTEN"));
     }
 }
