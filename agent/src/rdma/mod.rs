@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+pub mod netlink;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QpState {
     Reset,
@@ -136,6 +138,59 @@ impl fmt::Display for QpType {
     }
 }
 
+/// `enum rdma_cm_event_type` (include/rdma/rdma_cm.h). ucma hands these values
+/// to userspace unchanged (`uevent->resp.event`), so librdmacm's ABI fixes them.
+pub const CM_EVENT_NAMES: [&str; 16] = [
+    "ADDR_RESOLVED",
+    "ADDR_ERROR",
+    "ROUTE_RESOLVED",
+    "ROUTE_ERROR",
+    "CONNECT_REQUEST",
+    "CONNECT_RESPONSE",
+    "CONNECT_ERROR",
+    "UNREACHABLE",
+    "REJECTED",
+    "ESTABLISHED",
+    "DISCONNECTED",
+    "DEVICE_REMOVAL",
+    "MULTICAST_JOIN",
+    "MULTICAST_ERROR",
+    "ADDR_CHANGE",
+    "TIMEWAIT_EXIT",
+];
+
+pub fn cm_event_name(event: u32) -> &'static str {
+    CM_EVENT_NAMES
+        .get(event as usize)
+        .copied()
+        .unwrap_or("other")
+}
+
+pub mod cm_event {
+    pub const ADDR_RESOLVED: u32 = 0;
+    pub const ADDR_ERROR: u32 = 1;
+    pub const ROUTE_RESOLVED: u32 = 2;
+    pub const ROUTE_ERROR: u32 = 3;
+    pub const CONNECT_REQUEST: u32 = 4;
+    pub const CONNECT_RESPONSE: u32 = 5;
+    pub const CONNECT_ERROR: u32 = 6;
+    pub const UNREACHABLE: u32 = 7;
+    pub const REJECTED: u32 = 8;
+    pub const ESTABLISHED: u32 = 9;
+    pub const DISCONNECTED: u32 = 10;
+}
+
+/// Label value of a CM event's status: `0`, an errno name for negative
+/// values, `reject_<n>` for IB CM reject reasons (positive, below 64).
+pub fn cm_status_label(status: i32) -> String {
+    match status {
+        0 => "0".to_owned(),
+        s if s < 0 => errno_label(s).to_owned(),
+        s if s < 64 => format!("reject_{s}"),
+        _ => "other".to_owned(),
+    }
+}
+
 /// Label value for a negative kernel return code: `EINVAL`, `ENOMEM`, ...
 /// Bounded: errnos are below 4096 and unknown ones share one label.
 pub fn errno_label(rc: i32) -> &'static str {
@@ -184,6 +239,16 @@ mod tests {
             assert_eq!(QpState::from_label(s.label()), Some(*s));
         }
         assert_eq!(QpState::from_kernel(7), None);
+    }
+
+    #[test]
+    fn cm_events_and_statuses() {
+        assert_eq!(cm_event_name(cm_event::ESTABLISHED), "ESTABLISHED");
+        assert_eq!(cm_event_name(99), "other");
+        assert_eq!(cm_status_label(0), "0");
+        assert_eq!(cm_status_label(-110), "ETIMEDOUT");
+        assert_eq!(cm_status_label(28), "reject_28");
+        assert_eq!(cm_status_label(1000), "other");
     }
 
     #[test]
