@@ -5,7 +5,11 @@ use std::{net::SocketAddr, path::PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
-use crate::{correlator::Limits, offsets::DEFAULT_BTF_DIR};
+use crate::{correlator::Limits, offsets::DEFAULT_BTF_DIR, probes::Group};
+
+fn parse_group(s: &str) -> Result<Group, String> {
+    Group::from_name(s).ok_or_else(|| format!("unknown probe group {s:?} (qp, cm, kernel-ulp)"))
+}
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
@@ -28,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the agent: attach the probes and serve /metrics (the default).
     Run(RunArgs),
+    /// Stream the decoded lifecycle events to stdout as JSON lines (no HTTP).
+    Events(RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,6 +59,21 @@ pub struct RunArgs {
     /// Distinct `device` label values; further devices are reported as "other".
     #[arg(long, default_value_t = Limits::default().max_device_labels, value_name = "N")]
     pub max_device_labels: usize,
+    /// Distinct `comm` values of qpwatch_qp_created_by_process_total; the rest are "other".
+    #[arg(long, default_value_t = Limits::default().max_process_labels, value_name = "N")]
+    pub max_process_labels: usize,
+    /// Probe groups to attach: qp, cm, kernel-ulp (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "qp,cm,kernel-ulp", value_parser = parse_group)]
+    pub groups: Vec<Group>,
+    /// Exit if any hook of an enabled group does not attach.
+    #[arg(long)]
+    pub strict: bool,
+    /// Do not adopt QPs and CM ids that exist at start-up (RDMA netlink).
+    #[arg(long)]
+    pub no_reconcile: bool,
+    /// Seconds between checks for kernel modules that appeared or went away.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub module_poll_interval: f64,
     /// Log level: error, warn, info, debug or trace (or a tracing filter directive).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
@@ -61,12 +82,14 @@ pub struct RunArgs {
     pub log_format: LogFormat,
 }
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Error, PartialEq)]
 pub enum ConfigError {
     #[error("ring_buffer_bytes: {0} is not a power of two of at least {PAGE_SIZE}")]
     RingBufferSize(u32),
     #[error("{key}: must be at least 1")]
     Zero { key: &'static str },
+    #[error("module_poll_interval: {0} is not a positive number of seconds")]
+    PollInterval(f64),
 }
 
 impl RunArgs {
@@ -85,6 +108,14 @@ impl RunArgs {
                 key: "max_device_labels",
             });
         }
+        if self.max_process_labels == 0 {
+            return Err(ConfigError::Zero {
+                key: "max_process_labels",
+            });
+        }
+        if !(self.module_poll_interval.is_finite() && self.module_poll_interval > 0.0) {
+            return Err(ConfigError::PollInterval(self.module_poll_interval));
+        }
         Ok(())
     }
 
@@ -92,6 +123,7 @@ impl RunArgs {
         Limits {
             max_tracked_qps: self.max_tracked_qps,
             max_device_labels: self.max_device_labels,
+            max_process_labels: self.max_process_labels,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use qpwatch_common::{QpOrigin, DEVICE_NAME_LEN};
+use qpwatch_common::{QpOrigin, COMM_LEN, DEVICE_NAME_LEN};
 
 use crate::{
     events::{Call, QpCall},
@@ -29,6 +29,8 @@ pub enum Observation {
         device: Label,
         qp_type: QpType,
         origin: QpOrigin,
+        /// The creating task's name, capped by `max_process_labels`.
+        comm: Label,
         duration: Duration,
     },
     CreateFailed {
@@ -83,6 +85,54 @@ pub enum Observation {
     Evicted,
     /// A modify whose state value the kernel does not define.
     InvalidState,
+    /// A label value folded into "other" because its cap was reached.
+    LabelOverflow {
+        label: &'static str,
+    },
+    /// Change of the live CM id gauge.
+    LiveCmIds {
+        state: Label,
+        delta: i64,
+    },
+    /// An RDMA CM event delivered through `cma_cm_event_handler`; `result` is
+    /// the consumer's return code.
+    CmEvent {
+        event: &'static str,
+        status: Label,
+        duration: Duration,
+        result: i32,
+    },
+    /// Connection setup: active = REQ sent → established, passive =
+    /// CONNECT_REQUEST → ESTABLISHED.
+    CmConnect {
+        role: &'static str,
+        duration: Duration,
+    },
+    /// `rdma_resolve_addr` → ADDR_RESOLVED.
+    CmAddrResolved {
+        duration: Duration,
+    },
+    /// `rdma_resolve_route` → ROUTE_RESOLVED.
+    CmRouteResolved {
+        duration: Duration,
+    },
+    /// An IB CM or ucma handler invocation.
+    CmHandler {
+        handler: &'static str,
+        event: Label,
+        duration: Duration,
+    },
+    /// A completed rdma_cm call (bind, resolve, listen, connect, accept,
+    /// disconnect, rdma_create_qp/rdma_destroy_qp, the CMA's QP transitions).
+    CmCall {
+        call: &'static str,
+        duration: Duration,
+        rc: i32,
+    },
+    /// A hit of an `rdma_cma:*` tracepoint.
+    TracepointHit {
+        tracepoint: &'static str,
+    },
 }
 
 pub trait Observer {
@@ -103,6 +153,8 @@ pub struct Limits {
     pub max_tracked_qps: usize,
     /// Distinct device label values; further devices share `device="other"`.
     pub max_device_labels: usize,
+    /// Distinct `comm` label values of `qpwatch_qp_created_by_process_total`.
+    pub max_process_labels: usize,
 }
 
 impl Default for Limits {
@@ -110,6 +162,7 @@ impl Default for Limits {
         Self {
             max_tracked_qps: 262_144,
             max_device_labels: 64,
+            max_process_labels: 20,
         }
     }
 }
@@ -126,36 +179,66 @@ struct Tracked {
 }
 
 /// Interned device names: the QP key uses the index, metrics the (capped) label.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Devices {
     names: Vec<([u8; DEVICE_NAME_LEN], Label)>,
-    other: Option<Label>,
+    other: Label,
 }
 
 /// Devices beyond this share one key (and qp_num collisions among them are possible).
 const MAX_DEVICES: usize = 4096;
 
 impl Devices {
+    /// Returns the key, the label and whether the label cap folded it into "other".
     fn intern(
         &mut self,
         raw: &[u8; DEVICE_NAME_LEN],
         name: &str,
         label_cap: usize,
-    ) -> (u32, Label) {
+    ) -> (u32, Label, bool) {
         if let Some(i) = self.names.iter().position(|(n, _)| n == raw) {
-            return (i as u32, Arc::clone(&self.names[i].1));
+            let label = Arc::clone(&self.names[i].1);
+            let capped = Arc::ptr_eq(&label, &self.other);
+            return (i as u32, label, capped);
         }
-        let other = Arc::clone(self.other.get_or_insert_with(|| Arc::from(OTHER)));
+        let other = Arc::clone(&self.other);
         if self.names.len() >= MAX_DEVICES {
-            return (MAX_DEVICES as u32, other);
+            return (MAX_DEVICES as u32, other, true);
         }
-        let label = if self.names.len() < label_cap {
-            Arc::from(name)
-        } else {
-            other
-        };
+        let capped = self.names.len() >= label_cap;
+        let label = if capped { other } else { Arc::from(name) };
         self.names.push((*raw, Arc::clone(&label)));
-        ((self.names.len() - 1) as u32, label)
+        ((self.names.len() - 1) as u32, label, capped)
+    }
+}
+
+/// First-come label values up to a cap; later values share "other".
+#[derive(Debug)]
+struct CappedLabels {
+    values: HashMap<[u8; COMM_LEN], Label>,
+    cap: usize,
+    other: Label,
+}
+
+impl CappedLabels {
+    fn new(cap: usize, other: Label) -> Self {
+        Self {
+            values: HashMap::new(),
+            cap,
+            other,
+        }
+    }
+
+    fn get(&mut self, raw: &[u8; COMM_LEN], name: &str) -> (Label, bool) {
+        if let Some(label) = self.values.get(raw) {
+            return (Arc::clone(label), false);
+        }
+        if self.values.len() >= self.cap {
+            return (Arc::clone(&self.other), true);
+        }
+        let label: Label = Arc::from(name);
+        self.values.insert(*raw, Arc::clone(&label));
+        (label, false)
     }
 }
 
@@ -167,6 +250,7 @@ pub struct Correlator {
     order: VecDeque<(u64, u64)>,
     next_generation: u64,
     devices: Devices,
+    comms: CappedLabels,
 }
 
 fn key(device: u32, qp_num: u32) -> u64 {
@@ -179,13 +263,33 @@ fn since(start: u64, end: u64) -> Duration {
 
 impl Correlator {
     pub fn new(limits: Limits) -> Self {
+        let other: Label = Arc::from(OTHER);
         Self {
             limits,
             qps: HashMap::new(),
             order: VecDeque::new(),
             next_generation: 0,
-            devices: Devices::default(),
+            devices: Devices {
+                names: Vec::new(),
+                other: Arc::clone(&other),
+            },
+            comms: CappedLabels::new(limits.max_process_labels, other),
         }
+    }
+
+    fn device(
+        &mut self,
+        raw: &[u8; DEVICE_NAME_LEN],
+        name: &str,
+        out: &mut impl Observer,
+    ) -> (u32, Label) {
+        let (key, label, capped) = self
+            .devices
+            .intern(raw, name, self.limits.max_device_labels);
+        if capped {
+            out.observe(Observation::LabelOverflow { label: "device" });
+        }
+        (key, label)
     }
 
     pub fn tracked(&self) -> usize {
@@ -195,18 +299,14 @@ impl Correlator {
     /// Current state of a tracked QP.
     pub fn state_of(&mut self, device: &str, qp_num: u32) -> Option<QpState> {
         let raw = device_bytes(device);
-        let (dev, _) = self
+        let (dev, _, _) = self
             .devices
             .intern(&raw, device, self.limits.max_device_labels);
         self.qps.get(&key(dev, qp_num)).map(|t| t.state)
     }
 
     pub fn handle(&mut self, call: &QpCall, out: &mut impl Observer) {
-        let (dev, device) = self.devices.intern(
-            call.device_bytes(),
-            call.device(),
-            self.limits.max_device_labels,
-        );
+        let (dev, device) = self.device(call.device_bytes(), call.device(), out);
         let k = key(dev, call.qp_num);
         match call.call {
             Call::Create { origin } => self.on_create(k, device, call, origin, out),
@@ -229,9 +329,7 @@ impl Correlator {
         out: &mut impl Observer,
     ) -> bool {
         let raw = device_bytes(device);
-        let (dev, label) = self
-            .devices
-            .intern(&raw, device, self.limits.max_device_labels);
+        let (dev, label) = self.device(&raw, device, out);
         let k = key(dev, qp_num);
         if self.qps.contains_key(&k) {
             return false;
@@ -314,10 +412,15 @@ impl Correlator {
         // A qp_num still in the table means its destroy was never seen
         // (e.g. lost): the kernel only reuses a number after the destroy.
         self.remove(k, out);
+        let (comm, capped) = self.comms.get(call.comm_bytes(), call.comm());
+        if capped {
+            out.observe(Observation::LabelOverflow { label: "comm" });
+        }
         out.observe(Observation::Created {
             device: Arc::clone(&device),
             qp_type: call.qp_type,
             origin,
+            comm,
             duration: call.duration(),
         });
         self.insert(
@@ -548,8 +651,8 @@ mod tests {
         assert_eq!(c.tracked(), 0);
         assert!(matches!(
             &out[0],
-            Observation::Created { duration, qp_type: QpType::Rc, origin: QpOrigin::User, device }
-                if *duration == d(40) && &**device == "rxe0"
+            Observation::Created { duration, qp_type: QpType::Rc, origin: QpOrigin::User, device, comm }
+                if *duration == d(40) && &**device == "rxe0" && &**comm == "synthetic"
         ));
         assert_eq!(
             transitions(&out),
@@ -687,7 +790,7 @@ mod tests {
     fn full_table_evicts_oldest_first() {
         let mut c = Correlator::new(Limits {
             max_tracked_qps: 2,
-            max_device_labels: 64,
+            ..Limits::default()
         });
         let mut out = Vec::new();
         for (qp, t) in [(1, 0), (2, 10), (3, 20)] {
@@ -722,6 +825,7 @@ mod tests {
         let mut c = Correlator::new(Limits {
             max_tracked_qps: 100,
             max_device_labels: 1,
+            ..Limits::default()
         });
         let mut out = Vec::new();
         c.handle(
@@ -741,6 +845,35 @@ mod tests {
             .collect();
         assert_eq!(devices, vec!["mlx5_0", OTHER]);
         assert_eq!(c.tracked(), 2, "capped label, distinct QP keys");
+        assert!(out.contains(&Observation::LabelOverflow { label: "device" }));
+    }
+
+    #[test]
+    fn process_labels_are_capped_first_come() {
+        let mut c = Correlator::new(Limits {
+            max_process_labels: 2,
+            ..Limits::default()
+        });
+        let mut out = Vec::new();
+        for (qp, comm) in [(1, "rping"), (2, "ib_send_lat"), (3, "rping"), (4, "nvme")] {
+            let mut call = create(qp, 0, 1);
+            call.set_comm(comm);
+            c.handle(&call, &mut out);
+        }
+        let comms: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Created { comm, .. } => Some(&**comm),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(comms, vec!["rping", "ib_send_lat", "rping", OTHER]);
+        assert_eq!(
+            out.iter()
+                .filter(|o| **o == Observation::LabelOverflow { label: "comm" })
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -2,7 +2,10 @@
 
 use std::{mem::size_of, time::Duration};
 
-use qpwatch_common::{EventKind, QpEvent, QpOrigin, IB_QP_STATE_MASK};
+use qpwatch_common::{
+    CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_HAS_QP, CM_FLAG_STATE,
+    CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK,
+};
 use thiserror::Error;
 
 use crate::rdma::{QpState, QpType};
@@ -13,6 +16,8 @@ pub enum DecodeError {
     Short(usize),
     #[error("unknown event kind {0}")]
     UnknownKind(u32),
+    #[error("unknown CM op {0}")]
+    UnknownOp(u32),
     #[error("{kind:?} record of {len} bytes, expected {expected}")]
     BadLength {
         kind: EventKind,
@@ -70,6 +75,17 @@ impl QpCall {
         c_str(&self.comm)
     }
 
+    pub fn comm_bytes(&self) -> &[u8; qpwatch_common::COMM_LEN] {
+        &self.comm
+    }
+
+    /// Sets the task name (tests and benchmarks).
+    pub fn set_comm(&mut self, comm: &str) {
+        self.comm = [0; qpwatch_common::COMM_LEN];
+        let n = comm.len().min(qpwatch_common::COMM_LEN - 1);
+        self.comm[..n].copy_from_slice(&comm.as_bytes()[..n]);
+    }
+
     pub fn duration(&self) -> Duration {
         Duration::from_nanos(self.end_ns.saturating_sub(self.start_ns))
     }
@@ -106,14 +122,90 @@ impl QpCall {
     }
 }
 
-/// Decodes one ring-buffer record.
-pub fn decode(bytes: &[u8]) -> Result<QpCall, DecodeError> {
-    let raw_kind = bytes
-        .get(..4)
-        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-        .ok_or(DecodeError::Short(bytes.len()))?;
-    let kind = EventKind::from_u32(raw_kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
-    let expected = size_of::<QpEvent>();
+/// One completed RDMA CM call or handler, or a CM tracepoint hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmCall {
+    pub op: CmOp,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel address of the id (kprobes only): identifies ids with no `cm_id` yet.
+    pub id_ptr: u64,
+    /// `res.id`, 0 until the id is attached to a device.
+    pub cm_id: u32,
+    pub qp_num: u32,
+    pub event: u32,
+    pub status: i32,
+    pub rc: i32,
+    /// `enum rdma_cm_state` at entry and at return, where read.
+    pub state: Option<u32>,
+    pub state_after: Option<u32>,
+    pub qp_type: QpType,
+    pub user: bool,
+    pub has_qp: bool,
+    comm: [u8; qpwatch_common::COMM_LEN],
+    device: [u8; qpwatch_common::DEVICE_NAME_LEN],
+}
+
+impl CmCall {
+    pub fn device(&self) -> &str {
+        c_str(&self.device)
+    }
+
+    pub fn comm(&self) -> &str {
+        c_str(&self.comm)
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.end_ns.saturating_sub(self.start_ns))
+    }
+
+    /// A synthetic record, for tests of the CM correlator.
+    pub fn synthetic(op: CmOp, cm_id: u32, at_ns: u64) -> Self {
+        let mut device = [0u8; qpwatch_common::DEVICE_NAME_LEN];
+        device[..4].copy_from_slice(b"rxe0");
+        CmCall {
+            op,
+            start_ns: at_ns,
+            end_ns: at_ns,
+            pid: 1,
+            tid: 1,
+            id_ptr: 0,
+            cm_id,
+            qp_num: 0,
+            event: 0,
+            status: 0,
+            rc: 0,
+            state: None,
+            state_after: None,
+            qp_type: QpType::Rc,
+            user: true,
+            has_qp: false,
+            comm: *b"synthetic\0\0\0\0\0\0\0",
+            device,
+        }
+    }
+}
+
+/// A decoded ring-buffer record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    Qp(QpCall),
+    Cm(CmCall),
+}
+
+impl Record {
+    pub fn kind_label(&self) -> &'static str {
+        match self {
+            Record::Qp(call) => call.kind_label(),
+            Record::Cm(_) => "cm",
+        }
+    }
+}
+
+fn check_len<T>(kind: EventKind, bytes: &[u8]) -> Result<T, DecodeError> {
+    let expected = size_of::<T>();
     if bytes.len() != expected {
         return Err(DecodeError::BadLength {
             kind,
@@ -121,8 +213,47 @@ pub fn decode(bytes: &[u8]) -> Result<QpCall, DecodeError> {
             expected,
         });
     }
-    // SAFETY: the length was checked; QpEvent is plain old data valid for any bit pattern.
-    let raw: QpEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    // SAFETY: the length was checked; T is a #[repr(C)] plain-data event type
+    // from qpwatch-common, valid for any bit pattern.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
+}
+
+fn decode_cm(bytes: &[u8]) -> Result<CmCall, DecodeError> {
+    let raw: CmEvent = check_len(EventKind::Cm, bytes)?;
+    let op = CmOp::from_u32(raw.op).ok_or(DecodeError::UnknownOp(raw.op))?;
+    Ok(CmCall {
+        op,
+        start_ns: raw.start_ns,
+        end_ns: raw.end_ns,
+        pid: (raw.pid_tgid >> 32) as u32,
+        tid: raw.pid_tgid as u32,
+        id_ptr: raw.id_ptr,
+        cm_id: raw.cm_id,
+        qp_num: raw.qp_num,
+        event: raw.event,
+        status: raw.status,
+        rc: raw.rc,
+        state: (raw.flags & CM_FLAG_STATE != 0).then_some(raw.state),
+        state_after: (raw.flags & CM_FLAG_STATE_AFTER != 0).then_some(raw.state_after),
+        qp_type: QpType::from_kernel(raw.qp_type),
+        user: raw.flags & CM_FLAG_USER != 0,
+        has_qp: raw.flags & CM_FLAG_HAS_QP != 0,
+        comm: raw.comm,
+        device: raw.device,
+    })
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let raw_kind = bytes
+        .get(..4)
+        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+        .ok_or(DecodeError::Short(bytes.len()))?;
+    let kind = EventKind::from_u32(raw_kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
+    if kind == EventKind::Cm {
+        return decode_cm(bytes).map(Record::Cm);
+    }
+    let raw: QpEvent = check_len(kind, bytes)?;
     let call = match kind {
         EventKind::QpCreate => Call::Create {
             origin: if raw.origin == QpOrigin::Kernel as u32 {
@@ -143,8 +274,9 @@ pub fn decode(bytes: &[u8]) -> Result<QpCall, DecodeError> {
             }
         }
         EventKind::QpDestroy => Call::Destroy,
+        EventKind::Cm => unreachable!("decoded above"),
     };
-    Ok(QpCall {
+    Ok(Record::Qp(QpCall {
         call,
         start_ns: raw.start_ns,
         end_ns: raw.end_ns,
@@ -155,19 +287,24 @@ pub fn decode(bytes: &[u8]) -> Result<QpCall, DecodeError> {
         rc: raw.rc,
         comm: raw.comm,
         device: raw.device,
-    })
+    }))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn raw_bytes(event: &QpEvent) -> Vec<u8> {
-        // SAFETY: QpEvent is #[repr(C)] without padding.
-        unsafe {
-            std::slice::from_raw_parts((event as *const QpEvent).cast::<u8>(), size_of::<QpEvent>())
+    pub(crate) fn raw_bytes<T>(event: &T) -> Vec<u8> {
+        // SAFETY: the event types are #[repr(C)] without padding.
+        unsafe { std::slice::from_raw_parts((event as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn qp(bytes: &[u8]) -> Result<QpCall, DecodeError> {
+        match decode(bytes)? {
+            Record::Qp(call) => Ok(call),
+            other => panic!("not a QP record: {other:?}"),
         }
-        .to_vec()
     }
 
     fn modify(mask: u32, state: u32) -> QpEvent {
@@ -188,7 +325,7 @@ pub(crate) mod tests {
 
     #[test]
     fn decodes_a_modify() {
-        let call = decode(&raw_bytes(&modify(1 | 0x10, 2))).unwrap();
+        let call = qp(&raw_bytes(&modify(1 | 0x10, 2))).unwrap();
         assert_eq!(
             call.call,
             Call::Modify {
@@ -209,7 +346,7 @@ pub(crate) mod tests {
 
     #[test]
     fn state_is_only_read_with_the_state_mask() {
-        let call = decode(&raw_bytes(&modify(0x10, 3))).unwrap();
+        let call = qp(&raw_bytes(&modify(0x10, 3))).unwrap();
         assert!(matches!(
             call.call,
             Call::Modify {
@@ -218,7 +355,7 @@ pub(crate) mod tests {
                 ..
             }
         ));
-        let call = decode(&raw_bytes(&modify(1, 99))).unwrap();
+        let call = qp(&raw_bytes(&modify(1, 99))).unwrap();
         assert!(matches!(
             call.call,
             Call::Modify {
@@ -243,9 +380,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn decodes_a_cm_handler_record() {
+        let mut e = CmEvent::zeroed();
+        e.kind = EventKind::Cm as u32;
+        e.op = CmOp::EventHandler as u32;
+        e.cm_id = 7;
+        e.event = 9;
+        e.state = 5;
+        e.flags = CM_FLAG_STATE | CM_FLAG_USER;
+        e.id_ptr = 0xffff_8880_0000_1000;
+        let Record::Cm(call) = decode(&raw_bytes(&e)).unwrap() else {
+            panic!("not a CM record");
+        };
+        assert_eq!(call.op, CmOp::EventHandler);
+        assert_eq!((call.cm_id, call.event, call.state), (7, 9, Some(5)));
+        assert_eq!(call.state_after, None);
+        assert!(call.user && !call.has_qp);
+        e.op = 999;
+        assert_eq!(decode(&raw_bytes(&e)), Err(DecodeError::UnknownOp(999)));
+        let bytes = raw_bytes(&e);
+        assert!(matches!(
+            decode(&bytes[..100]),
+            Err(DecodeError::BadLength {
+                kind: EventKind::Cm,
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn end_before_start_is_zero_duration() {
         let mut e = modify(1, 1);
         e.end_ns = 5;
-        assert_eq!(decode(&raw_bytes(&e)).unwrap().duration(), Duration::ZERO);
+        assert_eq!(qp(&raw_bytes(&e)).unwrap().duration(), Duration::ZERO);
     }
 }

@@ -5,13 +5,18 @@
 //! metrics) are testable on any host.
 
 pub mod btf;
+pub mod cm;
 pub mod config;
 pub mod correlator;
 pub mod daemon;
 pub mod events;
 pub mod http;
+pub mod jsonl;
 pub mod logging;
 pub mod metrics;
 pub mod offsets;
+pub mod pipeline;
 pub mod probes;
 pub mod rdma;
+pub mod tracefs;
+pub mod tracer;

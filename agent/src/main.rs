@@ -3,9 +3,10 @@ use qpwatch::config::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Run(args)) => args,
-        None => cli.run,
+    let (args, mode) = match cli.command {
+        Some(Command::Run(args)) => (args, qpwatch::daemon::Mode::Serve),
+        Some(Command::Events(args)) => (args, qpwatch::daemon::Mode::Events),
+        None => (cli.run, qpwatch::daemon::Mode::Serve),
     };
     if let Err(error) = qpwatch::logging::init(&args.log_level, args.log_format) {
         eprintln!("qpwatch: {error:#}");
@@ -21,7 +22,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(qpwatch::daemon::run(args)) {
+    match runtime.block_on(qpwatch::daemon::run(args, mode)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");

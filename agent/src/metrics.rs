@@ -3,13 +3,13 @@
 //! Label values are bounded: device names (capped by the correlator), QP types,
 //! QP states and errno names from fixed tables. No qp_num, pid or address labels.
 
-use std::sync::{Arc, Mutex};
-
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry,
 };
 use qpwatch_common::{LostReason, QpOrigin, LOST_REASONS};
+
+use crate::probes::HookStatus;
 
 use crate::{
     correlator::{Observation, Observer},
@@ -80,9 +80,30 @@ pub struct Metrics {
     untracked: IntCounterVec,
     tracked_qps: IntGauge,
     tracked_evicted: IntCounter,
-    /// Last per-reason totals read from the kernel's LOST map.
-    lost_seen: Arc<Mutex<[u64; LOST_REASONS]>>,
+    qp_created_by_process: IntCounterVec,
+    label_overflow: IntCounterVec,
+    probe_attached: IntGaugeVec,
+    tracepoint_hits: IntCounterVec,
+    cm_events: IntCounterVec,
+    cm_errors: IntCounterVec,
+    cm_event_handler_duration: HistogramVec,
+    cm_connect_duration: HistogramVec,
+    cm_addr_resolve: Histogram,
+    cm_route_resolve: Histogram,
+    cm_ids: IntGaugeVec,
+    cm_handler_duration: HistogramVec,
+    cm_call_duration: HistogramVec,
+    cm_call_errors: IntCounterVec,
 }
+
+/// The CM events counted in `qpwatch_cm_errors_total`.
+pub const CM_ERROR_EVENTS: [&str; 5] = [
+    "REJECTED",
+    "UNREACHABLE",
+    "CONNECT_ERROR",
+    "ADDR_ERROR",
+    "ROUTE_ERROR",
+];
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
@@ -104,6 +125,23 @@ fn histogram(
         labels,
     )
     .expect("valid metric");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique metric");
+    h
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+fn plain_histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("valid metric");
     registry
         .register(Box::new(h.clone()))
         .expect("unique metric");
@@ -262,9 +300,118 @@ impl Metrics {
             ),
             tracked_qps,
             tracked_evicted,
-            lost_seen: Arc::new(Mutex::new([0; LOST_REASONS])),
+            qp_created_by_process: counter(
+                r,
+                "qpwatch_qp_created_by_process_total",
+                "QPs created, by the creating task's name (first max_process_labels names; the rest are \"other\").",
+                &["comm"],
+            ),
+            label_overflow: counter(
+                r,
+                "qpwatch_label_overflow_total",
+                "Observations whose label value was folded into \"other\" because the label's cap was reached.",
+                &["label"],
+            ),
+            probe_attached: gauge(
+                r,
+                "qpwatch_probe_attached",
+                "1 if the hook is attached, 0 if not (see the logs for the reason).",
+                &["hook"],
+            ),
+            tracepoint_hits: counter(
+                r,
+                "qpwatch_tracepoint_hits_total",
+                "Hits of the rdma_cma:* and ib_cma:* tracepoints qpwatch attaches to.",
+                &["tracepoint"],
+            ),
+            cm_events: counter(
+                r,
+                "qpwatch_cm_events_total",
+                "RDMA CM events delivered to consumers, by event and status.",
+                &["event", "status"],
+            ),
+            cm_errors: counter(
+                r,
+                "qpwatch_cm_errors_total",
+                "RDMA CM error events (REJECTED, UNREACHABLE, CONNECT_ERROR, ADDR_ERROR, ROUTE_ERROR).",
+                &["event"],
+            ),
+            cm_event_handler_duration: histogram(
+                r,
+                "qpwatch_cm_event_handler_duration_seconds",
+                "Time in cma_cm_event_handler (the consumer's handling of one CM event).",
+                &["event"],
+                &buckets.call_latency,
+            ),
+            cm_connect_duration: histogram(
+                r,
+                "qpwatch_cm_connect_duration_seconds",
+                "Connection setup: active = connect request sent to established, passive = CONNECT_REQUEST to ESTABLISHED.",
+                &["role"],
+                &buckets.call_latency,
+            ),
+            cm_addr_resolve: plain_histogram(
+                r,
+                "qpwatch_cm_address_resolve_duration_seconds",
+                "rdma_resolve_addr() to ADDR_RESOLVED.",
+                &buckets.call_latency,
+            ),
+            cm_route_resolve: plain_histogram(
+                r,
+                "qpwatch_cm_route_resolve_duration_seconds",
+                "rdma_resolve_route() to ROUTE_RESOLVED.",
+                &buckets.call_latency,
+            ),
+            cm_ids: gauge(
+                r,
+                "qpwatch_cm_ids",
+                "Live RDMA CM ids attached to a device, by state (ESTABLISHED is CONNECT after establishment).",
+                &["state"],
+            ),
+            cm_handler_duration: histogram(
+                r,
+                "qpwatch_cm_handler_duration_seconds",
+                "Time in the IB CM handlers of the CMA (cma_ib_handler, cma_ib_req_handler) and in ucma_event_handler, by event.",
+                &["handler", "event"],
+                &buckets.call_latency,
+            ),
+            cm_call_duration: histogram(
+                r,
+                "qpwatch_cm_call_duration_seconds",
+                "Duration of rdma_cm calls and of the CMA's QP transitions for kernel QPs.",
+                &["call"],
+                &buckets.call_latency,
+            ),
+            cm_call_errors: counter(
+                r,
+                "qpwatch_cm_call_errors_total",
+                "rdma_cm calls that returned an error.",
+                &["call", "errno"],
+            ),
             registry,
         }
+    }
+
+    /// Sets `qpwatch_probe_attached` for each hook of an enabled group; a
+    /// fallback in standby (its primary is attached) is not exported.
+    pub fn set_hook_statuses(&self, statuses: &[(String, HookStatus)]) {
+        for (hook, status) in statuses {
+            let value = match status {
+                HookStatus::Attached => 1,
+                HookStatus::Detached(_) => 0,
+                HookStatus::Standby | HookStatus::Disabled => {
+                    let _ = self.probe_attached.remove_label_values(&[hook]);
+                    continue;
+                }
+            };
+            self.probe_attached.with_label_values(&[hook]).set(value);
+        }
+    }
+
+    pub fn tracepoint_hits(&self, tracepoint: &str, hits: u64) {
+        self.tracepoint_hits
+            .with_label_values(&[tracepoint])
+            .inc_by(hits);
     }
 
     pub fn event_received(&self, kind: &str) {
@@ -276,21 +423,19 @@ impl Metrics {
             DecodeError::Short(_) => "short",
             DecodeError::UnknownKind(_) => "unknown_kind",
             DecodeError::BadLength { .. } => "bad_length",
+            DecodeError::UnknownOp(_) => "unknown_op",
         };
         self.events_malformed.with_label_values(&[reason]).inc();
     }
 
-    /// Brings `qpwatch_events_lost_total` up to the kernel's per-reason totals.
-    pub fn update_lost(&self, totals: [u64; LOST_REASONS]) {
-        let mut seen = self.lost_seen.lock().expect("not poisoned");
+    /// Adds events the kernel counted as lost since the last read, per reason.
+    pub fn add_lost(&self, delta: [u64; LOST_REASONS]) {
         for (i, reason) in LostReason::ALL.iter().enumerate() {
-            let delta = totals[i].saturating_sub(seen[i]);
-            if delta > 0 {
+            if delta[i] > 0 {
                 self.events_lost
                     .with_label_values(&[reason.label()])
-                    .inc_by(delta);
+                    .inc_by(delta[i]);
             }
-            seen[i] = seen[i].max(totals[i]);
         }
     }
 }
@@ -302,12 +447,14 @@ impl Observer for Metrics {
                 device,
                 qp_type,
                 origin,
+                comm,
                 duration,
             } => {
                 let origin = origin_label(origin);
                 self.qp_created
                     .with_label_values(&[&device, qp_type.label(), origin])
                     .inc();
+                self.qp_created_by_process.with_label_values(&[&comm]).inc();
                 self.qp_create_duration
                     .with_label_values(&[&device, origin])
                     .observe(duration.as_secs_f64());
@@ -366,6 +513,55 @@ impl Observer for Metrics {
                 .events_malformed
                 .with_label_values(&["invalid_state"])
                 .inc(),
+            Observation::LabelOverflow { label } => {
+                self.label_overflow.with_label_values(&[label]).inc()
+            }
+            Observation::LiveCmIds { state, delta } => {
+                self.cm_ids.with_label_values(&[&state]).add(delta)
+            }
+            Observation::CmEvent {
+                event,
+                status,
+                duration,
+                result: _,
+            } => {
+                self.cm_events.with_label_values(&[event, &status]).inc();
+                self.cm_event_handler_duration
+                    .with_label_values(&[event])
+                    .observe(duration.as_secs_f64());
+                if CM_ERROR_EVENTS.contains(&event) {
+                    self.cm_errors.with_label_values(&[event]).inc();
+                }
+            }
+            Observation::CmConnect { role, duration } => self
+                .cm_connect_duration
+                .with_label_values(&[role])
+                .observe(duration.as_secs_f64()),
+            Observation::CmAddrResolved { duration } => {
+                self.cm_addr_resolve.observe(duration.as_secs_f64())
+            }
+            Observation::CmRouteResolved { duration } => {
+                self.cm_route_resolve.observe(duration.as_secs_f64())
+            }
+            Observation::CmHandler {
+                handler,
+                event,
+                duration,
+            } => self
+                .cm_handler_duration
+                .with_label_values(&[handler, &event])
+                .observe(duration.as_secs_f64()),
+            Observation::CmCall { call, duration, rc } => {
+                self.cm_call_duration
+                    .with_label_values(&[call])
+                    .observe(duration.as_secs_f64());
+                if rc != 0 {
+                    self.cm_call_errors
+                        .with_label_values(&[call, errno_label(rc)])
+                        .inc();
+                }
+            }
+            Observation::TracepointHit { tracepoint } => self.tracepoint_hits(tracepoint, 1),
         }
     }
 
@@ -387,7 +583,7 @@ pub fn render(registry: &Registry) -> String {
 mod tests {
     use super::*;
     use crate::rdma::{QpState, QpType};
-    use std::time::Duration;
+    use std::{sync::Arc, time::Duration};
 
     fn value(text: &str, series: &str) -> Option<f64> {
         text.lines()
@@ -401,6 +597,7 @@ mod tests {
             device: Arc::from("rxe0"),
             qp_type: QpType::Rc,
             origin: QpOrigin::User,
+            comm: Arc::from("rping"),
             duration: Duration::from_micros(30),
         });
         m.observe(Observation::Transition {
@@ -464,9 +661,8 @@ mod tests {
     }
 
     #[test]
-    fn lost_totals_are_monotonic_deltas() {
+    fn lost_events_add_up() {
         let m = Metrics::new(&Buckets::default(), "k");
-        m.update_lost([0, 0, 0]);
         let text = render(&m.registry);
         assert_eq!(
             value(
@@ -476,8 +672,8 @@ mod tests {
             Some(0.0),
             "exported at zero from the start"
         );
-        m.update_lost([5, 0, 1]);
-        m.update_lost([7, 0, 1]);
+        m.add_lost([5, 0, 1]);
+        m.add_lost([2, 0, 0]);
         let text = render(&m.registry);
         assert_eq!(
             value(
@@ -502,5 +698,48 @@ mod tests {
         }
         assert_eq!(CALL_LATENCY_BUCKETS[0], 1e-6);
         assert_eq!(*CALL_LATENCY_BUCKETS.last().unwrap(), 10.0);
+    }
+
+    #[test]
+    fn process_and_cm_error_counters() {
+        let mut m = Metrics::new(&Buckets::default(), "k");
+        m.observe(Observation::Created {
+            device: Arc::from("rxe0"),
+            qp_type: QpType::Rc,
+            origin: QpOrigin::Kernel,
+            comm: Arc::from("kworker/u4:1"),
+            duration: Duration::from_micros(30),
+        });
+        for event in ["REJECTED", "ESTABLISHED"] {
+            m.observe(Observation::CmEvent {
+                event,
+                status: Arc::from("0"),
+                duration: Duration::from_micros(5),
+                result: 0,
+            });
+        }
+        let text = render(&m.registry);
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_qp_created_by_process_total{comm="kworker/u4:1"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"qpwatch_cm_errors_total{event="REJECTED"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&text, r#"qpwatch_cm_errors_total{event="ESTABLISHED"}"#),
+            None
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"qpwatch_cm_events_total{event="ESTABLISHED",status="0"}"#
+            ),
+            Some(1.0)
+        );
     }
 }

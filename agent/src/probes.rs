@@ -1,74 +1,258 @@
-//! Loading qpwatch's eBPF object and attaching its hooks.
+//! Loading qpwatch's eBPF object and attaching its hooks, each independently.
+//!
+//! The object is loaded once per kernel module group ([`Instance`]): the QP
+//! programs need ib_core's struct offsets, the CM programs rdma_cm's, and
+//! offsets are written into the programs' globals at load time. So the CM
+//! instance can be loaded later than the QP one, when rdma_cm appears.
+
+use std::collections::HashSet;
 
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf},
-    programs::{KProbe, ProgramError},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{KProbe, ProgramError, TracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
-use qpwatch_common::{KernelOffsets, LOST_REASONS};
+use qpwatch_common::{CmOffsets, KernelOffsets, TpLayout, IB_CM_TRACEPOINTS, LOST_REASONS};
 use thiserror::Error;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
+
+use crate::tracefs::{self, CMA_TRACEPOINTS};
 
 /// The eBPF object built by build.rs from `ebpf/`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qpwatch-ebpf"));
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeKind {
-    Entry,
-    Return,
+/// Probe groups, switchable in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    /// ib_core QP create/modify/destroy.
+    Qp,
+    /// RDMA CM calls, event handlers and tracepoints.
+    Cm,
+    /// rdma_create_qp / rdma_destroy_qp and the CMA's QP transitions for in-kernel ULPs.
+    KernelUlp,
 }
 
-/// One kernel attach point.
-#[derive(Debug, Clone, Copy)]
-pub struct Hook {
-    /// Program name in the eBPF object.
-    pub program: &'static str,
-    /// Kernel function.
-    pub function: &'static str,
-    pub kind: ProbeKind,
+impl Group {
+    pub const ALL: [Group; 3] = [Group::Qp, Group::Cm, Group::KernelUlp];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Qp => "qp",
+            Group::Cm => "cm",
+            Group::KernelUlp => "kernel-ulp",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|g| g.name() == name)
+    }
 }
 
-impl Hook {
-    /// `function` for kprobes, `function:return` for kretprobes: the `hook` label.
-    pub fn label(&self) -> String {
-        match self.kind {
-            ProbeKind::Entry => self.function.to_owned(),
-            ProbeKind::Return => format!("{}:return", self.function),
+/// Which eBPF object instance a hook lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceKind {
+    /// Needs ib_core.
+    IbCore,
+    /// Needs rdma_cm (and ib_core).
+    RdmaCm,
+}
+
+impl InstanceKind {
+    pub const ALL: [InstanceKind; 2] = [InstanceKind::IbCore, InstanceKind::RdmaCm];
+
+    /// Kernel modules whose BTF the instance's offsets come from.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            InstanceKind::IbCore => &["ib_core"],
+            InstanceKind::RdmaCm => &["ib_core", "rdma_cm"],
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InstanceKind::IbCore => "ib_core",
+            InstanceKind::RdmaCm => "rdma_cm",
         }
     }
 }
 
-const fn pair(entry: &'static str, ret: &'static str, function: &'static str) -> [Hook; 2] {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attach {
+    Kprobe {
+        function: &'static str,
+        ret: bool,
+    },
+    Tracepoint {
+        category: &'static str,
+        name: String,
+    },
+}
+
+/// One kernel attach point.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    /// Program name in the eBPF object.
+    pub program: String,
+    pub attach: Attach,
+    pub group: Group,
+    pub instance: InstanceKind,
+    /// Attach only if the hook with this label did not attach (a fallback).
+    pub fallback_for: Option<&'static str>,
+}
+
+impl Hook {
+    /// `kprobe:f`, `kretprobe:f` or `tracepoint:cat:name`: the `hook` label.
+    pub fn label(&self) -> String {
+        match &self.attach {
+            Attach::Kprobe { function, ret } => {
+                format!("{}:{function}", if *ret { "kretprobe" } else { "kprobe" })
+            }
+            Attach::Tracepoint { category, name } => format!("tracepoint:{category}:{name}"),
+        }
+    }
+}
+
+fn kprobe_pair(
+    entry: &str,
+    ret: &str,
+    function: &'static str,
+    group: Group,
+    instance: InstanceKind,
+) -> [Hook; 2] {
     [
         Hook {
-            program: entry,
-            function,
-            kind: ProbeKind::Entry,
+            program: entry.to_owned(),
+            attach: Attach::Kprobe {
+                function,
+                ret: false,
+            },
+            group,
+            instance,
+            fallback_for: None,
         },
         Hook {
-            program: ret,
-            function,
-            kind: ProbeKind::Return,
+            program: ret.to_owned(),
+            attach: Attach::Kprobe {
+                function,
+                ret: true,
+            },
+            group,
+            instance,
+            fallback_for: None,
         },
     ]
 }
 
-/// QP lifecycle hooks in ib_core. Entry probes are attached before return
-/// probes so that no call in flight at attach time yields a return without entry.
-pub fn qp_hooks() -> Vec<Hook> {
-    let pairs = [
-        pair("qp_create_user", "qp_create_user_ret", "ib_create_qp_user"),
-        pair(
+/// Every hook qpwatch knows, in attach order. Within a pair the entry probe
+/// comes first, so that no call in flight at attach time yields a return
+/// without its entry.
+pub fn all_hooks() -> Vec<Hook> {
+    use Group::*;
+    use InstanceKind::*;
+    let mut hooks = Vec::new();
+    for (entry, ret, function) in [
+        ("qp_create_user", "qp_create_user_ret", "ib_create_qp_user"),
+        (
             "qp_create_kernel",
             "qp_create_kernel_ret",
             "ib_create_qp_kernel",
         ),
-        pair("qp_modify", "qp_modify_ret", "_ib_modify_qp"),
-        pair("qp_destroy", "qp_destroy_ret", "ib_destroy_qp_user"),
-    ];
-    let entries = pairs.iter().map(|p| p[0]);
-    let returns = pairs.iter().map(|p| p[1]);
-    entries.chain(returns).collect()
+        ("qp_modify", "qp_modify_ret", "_ib_modify_qp"),
+        ("qp_destroy", "qp_destroy_ret", "ib_destroy_qp_user"),
+    ] {
+        hooks.extend(kprobe_pair(entry, ret, function, Qp, IbCore));
+    }
+    for (entry, ret, function) in [
+        ("cm_create_qp", "cm_create_qp_ret", "rdma_create_qp"),
+        ("cm_destroy_qp", "cm_destroy_qp_ret", "rdma_destroy_qp"),
+        ("cm_init_conn_qp", "cm_init_conn_qp_ret", "cma_init_conn_qp"),
+        ("cm_init_ud_qp", "cm_init_ud_qp_ret", "cma_init_ud_qp"),
+        (
+            "cm_modify_qp_rtr",
+            "cm_modify_qp_rtr_ret",
+            "cma_modify_qp_rtr",
+        ),
+        (
+            "cm_modify_qp_rts",
+            "cm_modify_qp_rts_ret",
+            "cma_modify_qp_rts",
+        ),
+        (
+            "cm_modify_qp_err",
+            "cm_modify_qp_err_ret",
+            "cma_modify_qp_err",
+        ),
+    ] {
+        hooks.extend(kprobe_pair(entry, ret, function, KernelUlp, RdmaCm));
+    }
+    for (entry, ret, function) in [
+        (
+            "cm_event_handler",
+            "cm_event_handler_ret",
+            "cma_cm_event_handler",
+        ),
+        ("cm_ib_handler", "cm_ib_handler_ret", "cma_ib_handler"),
+        (
+            "cm_ib_req_handler",
+            "cm_ib_req_handler_ret",
+            "cma_ib_req_handler",
+        ),
+        (
+            "cm_ucma_handler",
+            "cm_ucma_handler_ret",
+            "ucma_event_handler",
+        ),
+        ("cm_bind_addr", "cm_bind_addr_ret", "rdma_bind_addr"),
+        (
+            "cm_resolve_addr",
+            "cm_resolve_addr_ret",
+            "rdma_resolve_addr",
+        ),
+        (
+            "cm_resolve_route",
+            "cm_resolve_route_ret",
+            "rdma_resolve_route",
+        ),
+        ("cm_listen", "cm_listen_ret", "rdma_listen"),
+        ("cm_connect", "cm_connect_ret", "rdma_connect_locked"),
+        ("cm_accept", "cm_accept_ret", "rdma_accept"),
+        ("cm_disconnect", "cm_disconnect_ret", "rdma_disconnect"),
+    ] {
+        hooks.extend(kprobe_pair(entry, ret, function, Cm, RdmaCm));
+    }
+    for tp in CMA_TRACEPOINTS {
+        // The handler tracepoints carry what the kprobe on cma_cm_event_handler
+        // gives (minus the id's state): attached only when that kprobe is not.
+        let fallback_for = match tp.name {
+            "cm_event_handler" => Some("kprobe:cma_cm_event_handler"),
+            "cm_event_done" => Some("kretprobe:cma_cm_event_handler"),
+            _ => None,
+        };
+        hooks.push(Hook {
+            program: format!("tp_{}", tp.name),
+            attach: Attach::Tracepoint {
+                category: "rdma_cma",
+                name: tp.name.to_owned(),
+            },
+            group: Cm,
+            instance: RdmaCm,
+            fallback_for,
+        });
+    }
+    // IB CM protocol messages and errors, counted in the kernel.
+    for name in IB_CM_TRACEPOINTS {
+        hooks.push(Hook {
+            program: format!("tp_{name}"),
+            attach: Attach::Tracepoint {
+                category: "ib_cma",
+                name: name.to_owned(),
+            },
+            group: Cm,
+            instance: RdmaCm,
+            fallback_for: None,
+        });
+    }
+    hooks
 }
 
 #[derive(Debug, Error)]
@@ -76,17 +260,16 @@ pub enum ProbeError {
     #[error("loading the eBPF object: {0}")]
     Load(#[from] EbpfError),
     #[error("eBPF object has no program {0}")]
-    MissingProgram(&'static str),
+    MissingProgram(String),
     #[error("eBPF object has no map {0}")]
     MissingMap(&'static str),
-    #[error("loading program {program} for {function}: {source}")]
-    LoadProgram {
-        program: &'static str,
-        function: &'static str,
+    #[error("program {program}: {source}")]
+    Program {
+        program: String,
         source: ProgramError,
     },
-    #[error("attaching {hook}: {source} (is the function in /proc/kallsyms?)")]
-    Attach { hook: String, source: ProgramError },
+    #[error("{0}")]
+    Tracefs(#[from] tracefs::TracefsError),
     #[error("map {name}: {source}")]
     Map {
         name: &'static str,
@@ -94,47 +277,124 @@ pub enum ProbeError {
     },
 }
 
-pub struct Probes {
-    ebpf: Ebpf,
+/// Outcome of one hook's attach attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookStatus {
+    Attached,
+    /// Not attached; why (module missing, symbol missing, verifier, ...).
+    Detached(String),
+    /// A fallback whose primary hook is attached.
+    Standby,
+    /// Its group is switched off in the config.
+    Disabled,
 }
 
-impl Probes {
+/// One loaded copy of the eBPF object and the hooks attached from it.
+pub struct Instance {
+    pub kind: InstanceKind,
+    ebpf: Ebpf,
+    loaded: HashSet<String>,
+    attached: HashSet<String>,
+}
+
+impl Instance {
     /// Loads the object with the kernel's offsets and the ring-buffer size.
-    pub fn load(offsets: &KernelOffsets, ring_buffer_bytes: u32) -> Result<Self, ProbeError> {
+    pub fn load(
+        kind: InstanceKind,
+        offsets: &KernelOffsets,
+        cm_offsets: &CmOffsets,
+        ring_buffer_bytes: u32,
+    ) -> Result<Self, ProbeError> {
         let ebpf = EbpfLoader::new()
             .override_global("OFFSETS", offsets, true)
+            .override_global("CM_OFFSETS", cm_offsets, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(EBPF_OBJECT)?;
-        Ok(Self { ebpf })
+        Ok(Self {
+            kind,
+            ebpf,
+            loaded: HashSet::new(),
+            attached: HashSet::new(),
+        })
     }
 
-    /// Loads and attaches every hook; the first failure is returned.
-    pub fn attach(&mut self, hooks: &[Hook]) -> Result<(), ProbeError> {
-        for hook in hooks {
-            let program: &mut KProbe = self
-                .ebpf
-                .program_mut(hook.program)
-                .ok_or(ProbeError::MissingProgram(hook.program))?
-                .try_into()
-                .map_err(|source| ProbeError::LoadProgram {
-                    program: hook.program,
-                    function: hook.function,
-                    source,
-                })?;
-            program.load().map_err(|source| ProbeError::LoadProgram {
-                program: hook.program,
-                function: hook.function,
-                source,
-            })?;
-            program
-                .attach(hook.function, 0)
-                .map_err(|source| ProbeError::Attach {
-                    hook: hook.label(),
-                    source,
-                })?;
-            debug!(hook = %hook.label(), program = hook.program, "attached");
+    pub fn is_attached(&self, label: &str) -> bool {
+        self.attached.contains(label)
+    }
+
+    pub fn attached_count(&self) -> usize {
+        self.attached.len()
+    }
+
+    /// Tries to attach `hook` (a no-op if it already is).
+    pub fn attach(&mut self, hook: &Hook) -> Result<(), String> {
+        let label = hook.label();
+        if self.attached.contains(&label) {
+            return Ok(());
         }
-        info!(hooks = hooks.len(), "all hooks attached");
+        self.try_attach(hook).map_err(|e| {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(": ");
+                text.push_str(&s.to_string());
+                source = s.source();
+            }
+            text
+        })?;
+        debug!(hook = %label, program = hook.program, "attached");
+        self.attached.insert(label);
+        Ok(())
+    }
+
+    fn try_attach(&mut self, hook: &Hook) -> Result<(), ProbeError> {
+        let first_load = !self.loaded.contains(&hook.program);
+        let err = |source| ProbeError::Program {
+            program: hook.program.clone(),
+            source,
+        };
+        match &hook.attach {
+            Attach::Kprobe { function, .. } => {
+                let p: &mut KProbe = program_of(&mut self.ebpf, &hook.program)?
+                    .try_into()
+                    .map_err(err)?;
+                if first_load {
+                    p.load().map_err(err)?;
+                }
+                self.loaded.insert(hook.program.clone());
+                p.attach(function, 0).map_err(err)?;
+            }
+            Attach::Tracepoint { category, name } => {
+                if let Some(tp) = CMA_TRACEPOINTS.iter().find(|t| t.name == name) {
+                    let root = tracefs::tracefs_root()?;
+                    let format = tracefs::read_format(&root, category, name)?;
+                    let layout = tracefs::cma_layout(tp, &format)?;
+                    let map = self
+                        .ebpf
+                        .map_mut("TP_LAYOUTS")
+                        .ok_or(ProbeError::MissingMap("TP_LAYOUTS"))?;
+                    let mut layouts: BpfHashMap<&mut MapData, u32, TpLayout> =
+                        BpfHashMap::try_from(map).map_err(|source| ProbeError::Map {
+                            name: "TP_LAYOUTS",
+                            source,
+                        })?;
+                    layouts
+                        .insert(tp.op as u32, layout, 0)
+                        .map_err(|source| ProbeError::Map {
+                            name: "TP_LAYOUTS",
+                            source,
+                        })?;
+                }
+                let p: &mut TracePoint = program_of(&mut self.ebpf, &hook.program)?
+                    .try_into()
+                    .map_err(err)?;
+                if first_load {
+                    p.load().map_err(err)?;
+                }
+                self.loaded.insert(hook.program.clone());
+                p.attach(category, name).map_err(err)?;
+            }
+        }
         Ok(())
     }
 
@@ -149,16 +409,29 @@ impl Probes {
         })
     }
 
-    pub fn take_lost_counters(&mut self) -> Result<LostCounters, ProbeError> {
-        let map = self
+    pub fn take_counters(&mut self) -> Result<KernelCounters, ProbeError> {
+        let lost = self
             .ebpf
             .take_map("LOST")
             .ok_or(ProbeError::MissingMap("LOST"))?;
-        let map = PerCpuArray::try_from(map).map_err(|source| ProbeError::Map {
+        let lost = PerCpuArray::try_from(lost).map_err(|source| ProbeError::Map {
             name: "LOST",
             source,
         })?;
-        Ok(LostCounters { map })
+        let ib_cm = self
+            .ebpf
+            .take_map("IB_CM_HITS")
+            .ok_or(ProbeError::MissingMap("IB_CM_HITS"))?;
+        let ib_cm = PerCpuArray::try_from(ib_cm).map_err(|source| ProbeError::Map {
+            name: "IB_CM_HITS",
+            source,
+        })?;
+        Ok(KernelCounters {
+            lost,
+            ib_cm,
+            lost_seen: [0; LOST_REASONS],
+            ib_cm_seen: [0; IB_CM_TRACEPOINTS.len()],
+        })
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -166,19 +439,99 @@ impl Probes {
     }
 }
 
-/// The kernel's per-CPU counts of events that never reached the ring buffer.
-pub struct LostCounters {
-    map: PerCpuArray<MapData, u64>,
+fn program_of<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut aya::programs::Program, ProbeError> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| ProbeError::MissingProgram(name.to_owned()))
 }
 
-impl LostCounters {
-    /// Totals over all CPUs, per [`qpwatch_common::LostReason`].
-    pub fn read(&self) -> Result<[u64; LOST_REASONS], aya::maps::MapError> {
-        let mut totals = [0u64; LOST_REASONS];
-        for (reason, total) in totals.iter_mut().enumerate() {
-            let per_cpu = self.map.get(&(reason as u32), 0)?;
-            *total = per_cpu.iter().sum();
+/// Counters the programs keep in the kernel, read at scrape time. Reads
+/// return what was added since the previous read, so that counters of
+/// several instances (and of instances that come and go) add up.
+pub struct KernelCounters {
+    lost: PerCpuArray<MapData, u64>,
+    ib_cm: PerCpuArray<MapData, u64>,
+    lost_seen: [u64; LOST_REASONS],
+    ib_cm_seen: [u64; IB_CM_TRACEPOINTS.len()],
+}
+
+impl KernelCounters {
+    /// Lost events over all CPUs since the last call, per [`qpwatch_common::LostReason`].
+    pub fn lost_delta(&mut self) -> Result<[u64; LOST_REASONS], aya::maps::MapError> {
+        let mut delta = [0u64; LOST_REASONS];
+        for (reason, d) in delta.iter_mut().enumerate() {
+            let total: u64 = self.lost.get(&(reason as u32), 0)?.iter().sum();
+            *d = total.saturating_sub(self.lost_seen[reason]);
+            self.lost_seen[reason] = total.max(self.lost_seen[reason]);
         }
-        Ok(totals)
+        Ok(delta)
     }
+
+    /// Hits per ib_cma tracepoint since the last call.
+    pub fn ib_cm_delta(&mut self) -> Vec<(&'static str, u64)> {
+        let mut deltas = Vec::new();
+        for (i, name) in IB_CM_TRACEPOINTS.iter().enumerate() {
+            let Ok(per_cpu) = self.ib_cm.get(&(i as u32), 0) else {
+                continue;
+            };
+            let total: u64 = per_cpu.iter().sum();
+            let delta = total.saturating_sub(self.ib_cm_seen[i]);
+            self.ib_cm_seen[i] = total.max(self.ib_cm_seen[i]);
+            if delta > 0 {
+                deltas.push((*name, delta));
+            }
+        }
+        deltas
+    }
+}
+
+/// Hooks to try for `kind`, honouring switched-off groups and fallbacks.
+pub fn attach_instance(
+    instance: &mut Instance,
+    hooks: &[Hook],
+    enabled: &[Group],
+) -> Vec<(String, HookStatus)> {
+    let mut statuses = Vec::new();
+    let kind = instance.kind;
+    for hook in hooks.iter().filter(|h| h.instance == kind) {
+        let label = hook.label();
+        if !enabled.contains(&hook.group) {
+            statuses.push((label, HookStatus::Disabled));
+            continue;
+        }
+        if let Some(primary) = hook.fallback_for {
+            if instance.is_attached(primary) {
+                statuses.push((label, HookStatus::Standby));
+                continue;
+            }
+        }
+        let status = match instance.attach(hook) {
+            Ok(()) => HookStatus::Attached,
+            Err(reason) => HookStatus::Detached(reason),
+        };
+        statuses.push((label, status));
+    }
+    let attached = statuses
+        .iter()
+        .filter(|(_, s)| *s == HookStatus::Attached)
+        .count();
+    let failed: Vec<&str> = statuses
+        .iter()
+        .filter(|(_, s)| matches!(s, HookStatus::Detached(_)))
+        .map(|(l, _)| l.as_str())
+        .collect();
+    if failed.is_empty() {
+        info!(instance = instance.kind.name(), attached, "hooks attached");
+    } else {
+        warn!(
+            instance = instance.kind.name(),
+            attached,
+            failed = failed.len(),
+            "some hooks did not attach: {}",
+            failed.join(", ")
+        );
+    }
+    statuses
 }

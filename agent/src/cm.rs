@@ -1,0 +1,784 @@
+//! The per-CM-id state machine: turns RDMA CM calls, handler invocations and
+//! tracepoint hits into connection-setup observations, and joins CM ids to
+//! their QPs.
+//!
+//! Ids are keyed by `res.id` (what `rdma res show cm_id` prints), which an id
+//! only has once it is attached to a device; address resolution can start
+//! before that, so resolve starts are keyed by the id's kernel address.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use qpwatch_common::CmOp;
+
+use crate::{
+    correlator::{Label, Observation, Observer},
+    events::CmCall,
+    rdma::{cm_event, cm_event_name, cm_status_label},
+};
+
+/// Derived state label for an id in CONNECT that saw its connection established.
+pub const ESTABLISHED: &str = "ESTABLISHED";
+pub const UNKNOWN: &str = "unknown";
+const MAX_PENDING_RESOLVES: usize = 4096;
+const MAX_TRACKED_IDS: usize = 262_144;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Sent the connect request.
+    Active,
+    /// Received it.
+    Passive,
+    Listener,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Passive => "passive",
+            Role::Listener => "listener",
+        }
+    }
+}
+
+/// Names the kernel gives to its internal enums, read from rdma_cm's BTF.
+#[derive(Debug, Clone)]
+pub struct CmNames {
+    /// `enum rdma_cm_state`, by value, `RDMA_CM_` stripped.
+    pub states: Vec<Option<Label>>,
+    /// `enum ib_cm_event_type`, by value, `IB_CM_` stripped.
+    pub ib_events: Vec<Option<Label>>,
+}
+
+impl CmNames {
+    pub fn new(states: Vec<Option<String>>, ib_events: Vec<Option<String>>) -> Self {
+        let labels = |v: Vec<Option<String>>| {
+            v.into_iter()
+                .map(|s| s.map(|s| Label::from(s.as_str())))
+                .collect()
+        };
+        Self {
+            states: labels(states),
+            ib_events: labels(ib_events),
+        }
+    }
+
+    /// The names of Linux 6.1, for tests.
+    pub fn linux_6_1() -> Self {
+        let states = [
+            "IDLE",
+            "ADDR_QUERY",
+            "ADDR_RESOLVED",
+            "ROUTE_QUERY",
+            "ROUTE_RESOLVED",
+            "CONNECT",
+            "DISCONNECT",
+            "ADDR_BOUND",
+            "LISTEN",
+            "DEVICE_REMOVAL",
+            "DESTROYING",
+        ];
+        let ib_events = [
+            "REQ_ERROR",
+            "REQ_RECEIVED",
+            "REP_ERROR",
+            "REP_RECEIVED",
+            "RTU_RECEIVED",
+            "USER_ESTABLISHED",
+            "DREQ_ERROR",
+            "DREQ_RECEIVED",
+            "DREP_RECEIVED",
+            "TIMEWAIT_EXIT",
+            "MRA_RECEIVED",
+            "REJ_RECEIVED",
+            "LAP_ERROR",
+            "LAP_RECEIVED",
+            "APR_RECEIVED",
+            "SIDR_REQ_ERROR",
+            "SIDR_REQ_RECEIVED",
+            "SIDR_REP_RECEIVED",
+        ];
+        Self::new(
+            states.iter().map(|s| Some((*s).to_owned())).collect(),
+            ib_events.iter().map(|s| Some((*s).to_owned())).collect(),
+        )
+    }
+
+    fn lookup(table: &[Option<Label>], value: u32) -> Option<Label> {
+        table.get(value as usize).cloned().flatten()
+    }
+
+    pub fn state(&self, value: u32) -> Label {
+        Self::lookup(&self.states, value).unwrap_or_else(|| Label::from(UNKNOWN))
+    }
+
+    pub fn state_value(&self, name: &str) -> Option<u32> {
+        self.states
+            .iter()
+            .position(|s| s.as_deref() == Some(name))
+            .map(|i| i as u32)
+    }
+
+    pub fn ib_event(&self, value: u32) -> Label {
+        Self::lookup(&self.ib_events, value).unwrap_or_else(|| Label::from("other"))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct TrackedId {
+    state: Label,
+    role: Option<Role>,
+    connect_start_ns: Option<u64>,
+    connect_observed: bool,
+    qp_num: Option<u32>,
+}
+
+/// An `rdma_cma:cm_event_handler` hit waiting for its `cm_event_done` (the
+/// fallback when the kprobe on `cma_cm_event_handler` is not attached).
+#[derive(Debug, Clone, Copy)]
+struct HandlerStart {
+    call: CmCall,
+}
+
+pub struct CmCorrelator {
+    names: CmNames,
+    ids: HashMap<u32, TrackedId>,
+    addr_resolves: HashMap<u64, u64>,
+    route_resolves: HashMap<u64, u64>,
+    handler_starts: HashMap<u32, HandlerStart>,
+    qp_to_cm: HashMap<u32, u32>,
+    established: Label,
+    unknown: Label,
+}
+
+fn since(start: u64, end: u64) -> Duration {
+    Duration::from_nanos(end.saturating_sub(start))
+}
+
+fn bounded_insert(map: &mut HashMap<u64, u64>, key: u64, value: u64) {
+    if map.len() >= MAX_PENDING_RESOLVES {
+        map.clear();
+    }
+    map.insert(key, value);
+}
+
+pub fn call_name(op: CmOp) -> &'static str {
+    match op {
+        CmOp::CreateQp => "rdma_create_qp",
+        CmOp::DestroyQp => "rdma_destroy_qp",
+        CmOp::InitConnQp => "cma_init_conn_qp",
+        CmOp::InitUdQp => "cma_init_ud_qp",
+        CmOp::ModifyQpRtr => "cma_modify_qp_rtr",
+        CmOp::ModifyQpRts => "cma_modify_qp_rts",
+        CmOp::ModifyQpErr => "cma_modify_qp_err",
+        CmOp::EventHandler => "cma_cm_event_handler",
+        CmOp::IbHandler => "cma_ib_handler",
+        CmOp::IbReqHandler => "cma_ib_req_handler",
+        CmOp::UcmaHandler => "ucma_event_handler",
+        CmOp::BindAddr => "rdma_bind_addr",
+        CmOp::ResolveAddr => "rdma_resolve_addr",
+        CmOp::ResolveRoute => "rdma_resolve_route",
+        CmOp::Listen => "rdma_listen",
+        CmOp::Connect => "rdma_connect",
+        CmOp::Accept => "rdma_accept",
+        CmOp::Disconnect => "rdma_disconnect",
+        CmOp::TpSendReq => "rdma_cma:cm_send_req",
+        CmOp::TpSendRep => "rdma_cma:cm_send_rep",
+        CmOp::TpSendRtu => "rdma_cma:cm_send_rtu",
+        CmOp::TpSendRej => "rdma_cma:cm_send_rej",
+        CmOp::TpSendMra => "rdma_cma:cm_send_mra",
+        CmOp::TpDisconnect => "rdma_cma:cm_disconnect",
+        CmOp::TpSentDreq => "rdma_cma:cm_sent_dreq",
+        CmOp::TpSentDrep => "rdma_cma:cm_sent_drep",
+        CmOp::TpIdDestroy => "rdma_cma:cm_id_destroy",
+        CmOp::TpQpCreate => "rdma_cma:cm_qp_create",
+        CmOp::TpQpDestroy => "rdma_cma:cm_qp_destroy",
+        CmOp::TpEventHandler => "rdma_cma:cm_event_handler",
+        CmOp::TpEventDone => "rdma_cma:cm_event_done",
+        CmOp::TpReqHandler => "rdma_cma:cm_req_handler",
+    }
+}
+
+fn is_tracepoint(op: CmOp) -> bool {
+    op as u32 >= CmOp::TpSendReq as u32
+}
+
+impl CmCorrelator {
+    pub fn new(names: CmNames) -> Self {
+        Self {
+            names,
+            ids: HashMap::new(),
+            addr_resolves: HashMap::new(),
+            route_resolves: HashMap::new(),
+            handler_starts: HashMap::new(),
+            qp_to_cm: HashMap::new(),
+            established: Label::from(ESTABLISHED),
+            unknown: Label::from(UNKNOWN),
+        }
+    }
+
+    pub fn names(&self) -> &CmNames {
+        &self.names
+    }
+
+    /// Replaces the kernel enum names (read from BTF when rdma_cm loads).
+    pub fn set_names(&mut self, names: CmNames) {
+        self.names = names;
+    }
+
+    pub fn tracked(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The CM id a QP was joined to (by `cm_send_req`/`cm_send_rep` for
+    /// userspace QPs, `rdma_create_qp` for kernel ones).
+    pub fn cm_id_for_qp(&self, qp_num: u32) -> Option<u32> {
+        self.qp_to_cm.get(&qp_num).copied()
+    }
+
+    pub fn state_of(&self, cm_id: u32) -> Option<&str> {
+        self.ids.get(&cm_id).map(|t| &*t.state)
+    }
+
+    /// Starts tracking an id that existed before qpwatch (netlink view).
+    pub fn adopt(
+        &mut self,
+        cm_id: u32,
+        state: u32,
+        qp_num: Option<u32>,
+        out: &mut impl Observer,
+    ) -> bool {
+        if self.ids.contains_key(&cm_id) {
+            return false;
+        }
+        let label = self.names.state(state);
+        let role = match label.as_ref() {
+            "LISTEN" => Some(Role::Listener),
+            _ => None,
+        };
+        self.track(cm_id, label, out);
+        if let Some(t) = self.ids.get_mut(&cm_id) {
+            t.role = role;
+            t.connect_observed = true; // its setup happened before qpwatch
+        }
+        if let Some(qp) = qp_num {
+            self.join(cm_id, qp);
+        }
+        true
+    }
+
+    fn track(&mut self, cm_id: u32, state: Label, out: &mut impl Observer) {
+        if self.ids.len() >= MAX_TRACKED_IDS {
+            return;
+        }
+        out.observe(Observation::LiveCmIds {
+            state: Arc::clone(&state),
+            delta: 1,
+        });
+        self.ids.insert(
+            cm_id,
+            TrackedId {
+                state,
+                role: None,
+                connect_start_ns: None,
+                connect_observed: false,
+                qp_num: None,
+            },
+        );
+    }
+
+    /// Makes sure an attached id is tracked; returns whether it is.
+    fn ensure(&mut self, call: &CmCall, out: &mut impl Observer) -> bool {
+        if call.cm_id == 0 {
+            return false;
+        }
+        if !self.ids.contains_key(&call.cm_id) {
+            let state = call
+                .state_after
+                .or(call.state)
+                .map(|s| self.names.state(s))
+                .unwrap_or_else(|| Arc::clone(&self.unknown));
+            self.track(call.cm_id, state, out);
+        }
+        self.ids.contains_key(&call.cm_id)
+    }
+
+    fn set_state(&mut self, cm_id: u32, state: Label, out: &mut impl Observer) {
+        let Some(t) = self.ids.get_mut(&cm_id) else {
+            return;
+        };
+        if t.state == state {
+            return;
+        }
+        out.observe(Observation::LiveCmIds {
+            state: std::mem::replace(&mut t.state, Arc::clone(&state)),
+            delta: -1,
+        });
+        out.observe(Observation::LiveCmIds { state, delta: 1 });
+    }
+
+    fn join(&mut self, cm_id: u32, qp_num: u32) {
+        if qp_num == 0 {
+            return;
+        }
+        if let Some(t) = self.ids.get_mut(&cm_id) {
+            t.qp_num = Some(qp_num);
+        }
+        self.qp_to_cm.insert(qp_num, cm_id);
+    }
+
+    fn connect_done(&mut self, cm_id: u32, at_ns: u64, out: &mut impl Observer) {
+        let Some(t) = self.ids.get_mut(&cm_id) else {
+            return;
+        };
+        if t.connect_observed {
+            return;
+        }
+        if let (Some(start), Some(role)) = (t.connect_start_ns, t.role) {
+            t.connect_observed = true;
+            out.observe(Observation::CmConnect {
+                role: role.label(),
+                duration: since(start, at_ns),
+            });
+        }
+    }
+
+    pub fn handle(&mut self, call: &CmCall, out: &mut impl Observer) {
+        if is_tracepoint(call.op) {
+            out.observe(Observation::TracepointHit {
+                tracepoint: call_name(call.op),
+            });
+        }
+        match call.op {
+            CmOp::EventHandler => self.on_event(call, call.duration(), call.rc, out),
+            CmOp::TpEventHandler => {
+                if self.handler_starts.len() >= MAX_PENDING_RESOLVES {
+                    self.handler_starts.clear();
+                }
+                self.handler_starts
+                    .insert(call.tid, HandlerStart { call: *call });
+            }
+            CmOp::TpEventDone => {
+                if let Some(start) = self.handler_starts.remove(&call.tid) {
+                    let duration = since(start.call.start_ns, call.start_ns);
+                    self.on_event(&start.call, duration, call.status, out);
+                }
+            }
+            CmOp::IbHandler | CmOp::IbReqHandler => {
+                out.observe(Observation::CmHandler {
+                    handler: call_name(call.op),
+                    event: self.names.ib_event(call.event),
+                    duration: call.duration(),
+                });
+                self.after_call(call, out);
+            }
+            CmOp::UcmaHandler => out.observe(Observation::CmHandler {
+                handler: call_name(call.op),
+                event: Label::from(cm_event_name(call.event)),
+                duration: call.duration(),
+            }),
+            CmOp::TpSendReq => {
+                if self.ensure(call, out) {
+                    self.join(call.cm_id, call.qp_num);
+                    if let Some(t) = self.ids.get_mut(&call.cm_id) {
+                        t.role = Some(Role::Active);
+                        t.connect_start_ns.get_or_insert(call.start_ns);
+                    }
+                }
+            }
+            CmOp::TpSendRep | CmOp::TpQpCreate => {
+                if self.ensure(call, out) && call.status == 0 {
+                    self.join(call.cm_id, call.qp_num);
+                }
+            }
+            CmOp::TpSendRtu => {
+                // The active side's establishment: for userspace ids the kernel
+                // delivers CONNECT_RESPONSE, librdmacm moves the QP to RTS and
+                // rdma_accept() sends the RTU; there is no ESTABLISHED event.
+                if self.ensure(call, out) {
+                    self.connect_done(call.cm_id, call.start_ns, out);
+                    let established = Arc::clone(&self.established);
+                    self.set_state(call.cm_id, established, out);
+                }
+            }
+            CmOp::TpDisconnect => {
+                if self.ensure(call, out) {
+                    if let Some(state) = self.names.state_value("DISCONNECT") {
+                        let label = self.names.state(state);
+                        self.set_state(call.cm_id, label, out);
+                    }
+                }
+            }
+            CmOp::TpQpDestroy => {
+                if self.qp_to_cm.get(&call.qp_num) == Some(&call.cm_id) {
+                    self.qp_to_cm.remove(&call.qp_num);
+                }
+            }
+            CmOp::TpIdDestroy => {
+                if let Some(t) = self.ids.remove(&call.cm_id) {
+                    out.observe(Observation::LiveCmIds {
+                        state: t.state,
+                        delta: -1,
+                    });
+                    if let Some(qp) = t.qp_num {
+                        if self.qp_to_cm.get(&qp) == Some(&call.cm_id) {
+                            self.qp_to_cm.remove(&qp);
+                        }
+                    }
+                }
+            }
+            CmOp::TpSendRej
+            | CmOp::TpSendMra
+            | CmOp::TpSentDreq
+            | CmOp::TpSentDrep
+            | CmOp::TpReqHandler => {}
+            CmOp::BindAddr
+            | CmOp::ResolveAddr
+            | CmOp::ResolveRoute
+            | CmOp::Listen
+            | CmOp::Connect
+            | CmOp::Accept
+            | CmOp::Disconnect
+            | CmOp::CreateQp
+            | CmOp::DestroyQp
+            | CmOp::InitConnQp
+            | CmOp::InitUdQp
+            | CmOp::ModifyQpRtr
+            | CmOp::ModifyQpRts
+            | CmOp::ModifyQpErr => {
+                out.observe(Observation::CmCall {
+                    call: call_name(call.op),
+                    duration: call.duration(),
+                    rc: call.rc,
+                });
+                if call.rc == 0 {
+                    match call.op {
+                        CmOp::ResolveAddr => {
+                            bounded_insert(&mut self.addr_resolves, call.id_ptr, call.start_ns)
+                        }
+                        CmOp::ResolveRoute => {
+                            bounded_insert(&mut self.route_resolves, call.id_ptr, call.start_ns)
+                        }
+                        _ => {}
+                    }
+                }
+                self.after_call(call, out);
+                if call.rc == 0 {
+                    match call.op {
+                        CmOp::Listen => {
+                            if let Some(t) = self.ids.get_mut(&call.cm_id) {
+                                t.role = Some(Role::Listener);
+                            }
+                        }
+                        CmOp::CreateQp => self.join(call.cm_id, call.qp_num),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// State bookkeeping after a call that read the id's state at return.
+    fn after_call(&mut self, call: &CmCall, out: &mut impl Observer) {
+        if !self.ensure(call, out) {
+            return;
+        }
+        if let Some(state) = call.state_after {
+            let label = self.names.state(state);
+            let keep_established = self
+                .ids
+                .get(&call.cm_id)
+                .is_some_and(|t| t.state == self.established && &*label == "CONNECT");
+            if !keep_established {
+                self.set_state(call.cm_id, label, out);
+            }
+        }
+    }
+
+    fn on_event(
+        &mut self,
+        call: &CmCall,
+        duration: Duration,
+        result: i32,
+        out: &mut impl Observer,
+    ) {
+        let event = cm_event_name(call.event);
+        out.observe(Observation::CmEvent {
+            event,
+            status: Label::from(cm_status_label(call.status)),
+            duration,
+            result,
+        });
+        let at = call.start_ns;
+        match call.event {
+            cm_event::ADDR_RESOLVED | cm_event::ADDR_ERROR => {
+                if let Some(start) = self.addr_resolves.remove(&call.id_ptr) {
+                    if call.event == cm_event::ADDR_RESOLVED {
+                        out.observe(Observation::CmAddrResolved {
+                            duration: since(start, at),
+                        });
+                    }
+                }
+            }
+            cm_event::ROUTE_RESOLVED | cm_event::ROUTE_ERROR => {
+                if let Some(start) = self.route_resolves.remove(&call.id_ptr) {
+                    if call.event == cm_event::ROUTE_RESOLVED {
+                        out.observe(Observation::CmRouteResolved {
+                            duration: since(start, at),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+        if !self.ensure(call, out) {
+            return;
+        }
+        match call.event {
+            cm_event::CONNECT_REQUEST => {
+                if let Some(t) = self.ids.get_mut(&call.cm_id) {
+                    t.role = Some(Role::Passive);
+                    t.connect_start_ns.get_or_insert(at);
+                }
+            }
+            cm_event::ESTABLISHED => {
+                self.connect_done(call.cm_id, at, out);
+                let established = Arc::clone(&self.established);
+                self.set_state(call.cm_id, established, out);
+                return;
+            }
+            _ => {}
+        }
+        self.after_call(call, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn names() -> CmNames {
+        CmNames::linux_6_1()
+    }
+
+    fn state(name: &str) -> u32 {
+        names().state_value(name).unwrap()
+    }
+
+    fn handler(cm_id: u32, event: u32, at: u64, after: &str) -> CmCall {
+        let mut c = CmCall::synthetic(CmOp::EventHandler, cm_id, at);
+        c.event = event;
+        c.end_ns = at + 10_000;
+        c.state_after = Some(state(after));
+        c.id_ptr = 0x1000 + u64::from(cm_id);
+        c
+    }
+
+    fn call(op: CmOp, cm_id: u32, at: u64, after: &str) -> CmCall {
+        let mut c = CmCall::synthetic(op, cm_id, at);
+        c.end_ns = at + 50_000;
+        c.state_after = Some(state(after));
+        c.id_ptr = 0x1000 + u64::from(cm_id);
+        c
+    }
+
+    fn tp(op: CmOp, cm_id: u32, qp_num: u32, at: u64) -> CmCall {
+        let mut c = CmCall::synthetic(op, cm_id, at);
+        c.qp_num = qp_num;
+        c
+    }
+
+    fn live(out: &[Observation]) -> HashMap<String, i64> {
+        let mut m = HashMap::new();
+        for o in out {
+            if let Observation::LiveCmIds { state, delta } = o {
+                *m.entry(state.to_string()).or_default() += delta;
+            }
+        }
+        m.retain(|_, v| *v != 0);
+        m
+    }
+
+    fn connects(out: &[Observation]) -> Vec<(&'static str, Duration)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Observation::CmConnect { role, duration } => Some((*role, *duration)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// librdmacm over rxe, both sides in one host: client id 2, listener 1,
+    /// passive connection id 3.
+    fn userspace_connection() -> Vec<CmCall> {
+        let mut resolve = call(CmOp::ResolveAddr, 0, 0, "ADDR_QUERY");
+        resolve.id_ptr = 0x1002; // not attached yet: no res.id
+        vec![
+            call(CmOp::BindAddr, 1, 0, "ADDR_BOUND"),
+            call(CmOp::Listen, 1, MS, "LISTEN"),
+            resolve,
+            handler(2, cm_event::ADDR_RESOLVED, 3 * MS, "ADDR_RESOLVED"),
+            call(CmOp::ResolveRoute, 2, 4 * MS, "ROUTE_QUERY"),
+            handler(2, cm_event::ROUTE_RESOLVED, 6 * MS, "ROUTE_RESOLVED"),
+            tp(CmOp::TpSendReq, 2, 17, 10 * MS),
+            call(CmOp::Connect, 2, 10 * MS, "CONNECT"),
+            handler(3, cm_event::CONNECT_REQUEST, 12 * MS, "CONNECT"),
+            tp(CmOp::TpSendRep, 3, 18, 15 * MS),
+            handler(2, cm_event::CONNECT_RESPONSE, 17 * MS, "CONNECT"),
+            tp(CmOp::TpSendRtu, 2, 0, 19 * MS),
+            handler(3, cm_event::ESTABLISHED, 21 * MS, "CONNECT"),
+        ]
+    }
+
+    #[test]
+    fn userspace_connection_setup() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        for e in userspace_connection() {
+            c.handle(&e, &mut out);
+        }
+        assert_eq!(
+            connects(&out),
+            vec![
+                ("active", Duration::from_millis(9)),
+                ("passive", Duration::from_millis(9))
+            ]
+        );
+        assert!(out.contains(&Observation::CmAddrResolved {
+            duration: Duration::from_millis(3)
+        }));
+        assert!(out.contains(&Observation::CmRouteResolved {
+            duration: Duration::from_millis(2)
+        }));
+        assert_eq!(c.cm_id_for_qp(17), Some(2));
+        assert_eq!(c.cm_id_for_qp(18), Some(3));
+        assert_eq!(
+            live(&out),
+            HashMap::from([("LISTEN".into(), 1), (ESTABLISHED.into(), 2)])
+        );
+        let events: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::CmEvent { event, .. } => Some(*event),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            events,
+            vec![
+                "ADDR_RESOLVED",
+                "ROUTE_RESOLVED",
+                "CONNECT_REQUEST",
+                "CONNECT_RESPONSE",
+                "ESTABLISHED"
+            ]
+        );
+    }
+
+    #[test]
+    fn disconnect_and_destroy_return_the_gauge_to_zero() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        for e in userspace_connection() {
+            c.handle(&e, &mut out);
+        }
+        for e in [
+            call(CmOp::Disconnect, 2, 30 * MS, "DISCONNECT"),
+            handler(3, cm_event::DISCONNECTED, 31 * MS, "DISCONNECT"),
+            handler(2, cm_event::DISCONNECTED, 32 * MS, "DISCONNECT"),
+            tp(CmOp::TpIdDestroy, 3, 0, 40 * MS),
+            tp(CmOp::TpIdDestroy, 2, 0, 41 * MS),
+            tp(CmOp::TpIdDestroy, 1, 0, 42 * MS),
+        ] {
+            c.handle(&e, &mut out);
+        }
+        assert!(live(&out).is_empty(), "{:?}", live(&out));
+        assert_eq!(c.tracked(), 0);
+        assert_eq!(c.cm_id_for_qp(17), None);
+    }
+
+    #[test]
+    fn rejected_connect_counts_no_duration() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        let mut rejected = handler(2, cm_event::REJECTED, 20 * MS, "ROUTE_RESOLVED");
+        rejected.status = 28;
+        for e in [tp(CmOp::TpSendReq, 2, 17, 10 * MS), rejected] {
+            c.handle(&e, &mut out);
+        }
+        assert!(connects(&out).is_empty());
+        assert!(out.contains(&Observation::CmEvent {
+            event: "REJECTED",
+            status: Label::from("reject_28"),
+            duration: Duration::from_micros(10),
+            result: 0
+        }));
+    }
+
+    #[test]
+    fn kernel_ulp_with_qp_joins_through_rdma_create_qp() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        let mut create = call(CmOp::CreateQp, 5, 0, "ROUTE_RESOLVED");
+        create.qp_num = 33;
+        create.has_qp = true;
+        c.handle(&create, &mut out);
+        c.handle(&call(CmOp::ModifyQpRtr, 5, MS, "CONNECT"), &mut out);
+        assert_eq!(c.cm_id_for_qp(33), Some(5));
+        let calls: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::CmCall { call, .. } => Some(*call),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls, vec!["rdma_create_qp", "cma_modify_qp_rtr"]);
+    }
+
+    #[test]
+    fn tracepoint_fallback_pairs_handler_and_done() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        let mut start = tp(CmOp::TpEventHandler, 3, 0, 10 * MS);
+        start.event = cm_event::ESTABLISHED;
+        let mut done = tp(CmOp::TpEventDone, 3, 0, 10 * MS + 500);
+        done.event = cm_event::ESTABLISHED;
+        c.handle(&start, &mut out);
+        c.handle(&done, &mut out);
+        assert!(out.contains(&Observation::CmEvent {
+            event: "ESTABLISHED",
+            status: Label::from("0"),
+            duration: Duration::from_nanos(500),
+            result: 0
+        }));
+        assert_eq!(c.state_of(3), Some(ESTABLISHED));
+    }
+
+    #[test]
+    fn adopted_ids_keep_their_state_and_join() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        assert!(c.adopt(9, state("LISTEN"), None, &mut out));
+        assert!(c.adopt(10, state("CONNECT"), Some(44), &mut out));
+        assert!(!c.adopt(10, state("CONNECT"), Some(44), &mut out));
+        assert_eq!(c.cm_id_for_qp(44), Some(10));
+        // a late ESTABLISHED for an adopted id observes no connect duration
+        c.handle(&handler(10, cm_event::ESTABLISHED, MS, "CONNECT"), &mut out);
+        assert!(connects(&out).is_empty());
+        assert_eq!(
+            live(&out),
+            HashMap::from([("LISTEN".into(), 1), (ESTABLISHED.into(), 1)])
+        );
+    }
+
+    #[test]
+    fn unattached_ids_are_not_tracked() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        c.handle(&call(CmOp::BindAddr, 0, 0, "ADDR_BOUND"), &mut out);
+        assert_eq!(c.tracked(), 0);
+        assert!(live(&out).is_empty());
+    }
+}

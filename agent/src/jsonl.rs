@@ -1,0 +1,240 @@
+//! `qpwatch events`: every decoded lifecycle event as one JSON object per line.
+
+use std::{
+    io::{BufWriter, Write},
+    time::{Duration, SystemTime},
+};
+
+use serde::Serialize;
+
+use crate::{
+    cm::{call_name, CmCorrelator},
+    events::{Call, CmCall, QpCall},
+    pipeline::EventSink,
+    rdma::{cm_event_name, QpState},
+};
+use qpwatch_common::{CmOp, QpOrigin};
+
+/// Converts `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) to wall-clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    realtime_minus_monotonic_ns: i128,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+impl Clock {
+    pub fn now() -> Self {
+        Self {
+            realtime_minus_monotonic_ns: clock_ns(libc::CLOCK_REALTIME)
+                - clock_ns(libc::CLOCK_MONOTONIC),
+        }
+    }
+
+    pub fn wall(&self, monotonic_ns: u64) -> SystemTime {
+        let ns = i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns;
+        SystemTime::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+    }
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct JsonEvent<'a> {
+    pub ts: String,
+    pub mono_ns: u64,
+    pub kind: &'a str,
+    /// The kernel function or tracepoint.
+    pub op: &'a str,
+    pub device: &'a str,
+    pub qp_num: Option<u32>,
+    pub qp_type: Option<&'a str>,
+    pub cm_id: Option<u32>,
+    pub from_state: Option<&'a str>,
+    pub to_state: Option<&'a str>,
+    pub cm_event: Option<&'a str>,
+    pub cm_status: Option<i32>,
+    pub rc: i32,
+    pub duration_ns: u64,
+    pub pid: u32,
+    pub comm: &'a str,
+    pub origin: Option<&'a str>,
+}
+
+pub struct JsonLines<W: Write + Send> {
+    out: BufWriter<W>,
+    clock: Clock,
+}
+
+impl<W: Write + Send> JsonLines<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out: BufWriter::new(out),
+            clock: Clock::now(),
+        }
+    }
+
+    fn write(&mut self, event: &JsonEvent) {
+        // A closed stdout (e.g. `| head`) ends the stream; nothing to recover.
+        let _ = serde_json::to_writer(&mut self.out, event);
+        let _ = self.out.write_all(b"\n");
+        let _ = self.out.flush();
+    }
+
+    fn ts(&self, mono_ns: u64) -> String {
+        humantime::format_rfc3339_nanos(self.clock.wall(mono_ns)).to_string()
+    }
+}
+
+fn qp_op(call: &QpCall) -> &'static str {
+    match call.call {
+        Call::Create {
+            origin: QpOrigin::User,
+        } => "ib_create_qp_user",
+        Call::Create {
+            origin: QpOrigin::Kernel,
+        } => "ib_create_qp_kernel",
+        Call::Modify { .. } => "_ib_modify_qp",
+        Call::Destroy => "ib_destroy_qp_user",
+    }
+}
+
+impl<W: Write + Send> EventSink for JsonLines<W> {
+    fn qp(&mut self, call: &QpCall, from: Option<QpState>, cm_id: Option<u32>) {
+        let to = match call.call {
+            Call::Modify { to, .. } => to,
+            _ => None,
+        };
+        let origin = match call.call {
+            Call::Create {
+                origin: QpOrigin::User,
+            } => Some("user"),
+            Call::Create {
+                origin: QpOrigin::Kernel,
+            } => Some("kernel"),
+            _ => None,
+        };
+        let ts = self.ts(call.start_ns);
+        let event = JsonEvent {
+            ts,
+            mono_ns: call.start_ns,
+            kind: call.kind_label(),
+            op: qp_op(call),
+            device: call.device(),
+            qp_num: Some(call.qp_num),
+            qp_type: Some(call.qp_type.label()),
+            cm_id,
+            from_state: from.map(QpState::label),
+            to_state: to.map(QpState::label),
+            cm_event: None,
+            cm_status: None,
+            rc: call.rc,
+            duration_ns: call.duration().as_nanos() as u64,
+            pid: call.pid,
+            comm: call.comm(),
+            origin,
+        };
+        self.write(&event);
+    }
+
+    fn cm(&mut self, call: &CmCall, cm: &CmCorrelator) {
+        let names = cm.names();
+        let from = call.state.map(|s| names.state(s));
+        let to = call.state_after.map(|s| names.state(s));
+        let has_event = matches!(
+            call.op,
+            CmOp::EventHandler | CmOp::UcmaHandler | CmOp::TpEventHandler | CmOp::TpEventDone
+        );
+        let ib_event = matches!(call.op, CmOp::IbHandler | CmOp::IbReqHandler)
+            .then(|| names.ib_event(call.event));
+        let cm_event = if has_event {
+            Some(cm_event_name(call.event))
+        } else {
+            ib_event.as_deref()
+        };
+        let ts = self.ts(call.start_ns);
+        let event = JsonEvent {
+            ts,
+            mono_ns: call.start_ns,
+            kind: "cm",
+            op: call_name(call.op),
+            device: call.device(),
+            qp_num: (call.qp_num != 0).then_some(call.qp_num),
+            qp_type: None,
+            cm_id: (call.cm_id != 0).then_some(call.cm_id),
+            from_state: from.as_deref(),
+            to_state: to.as_deref(),
+            cm_event,
+            cm_status: has_event.then_some(call.status),
+            rc: call.rc,
+            duration_ns: call.duration().as_nanos() as u64,
+            pid: call.pid,
+            comm: call.comm(),
+            origin: Some(if call.user { "user" } else { "kernel" }),
+        };
+        self.write(&event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cm::CmNames;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_json_object_per_event() {
+        let buf = Shared::default();
+        let mut sink = JsonLines::new(buf.clone());
+        let call = QpCall::synthetic(
+            Call::Modify {
+                to: Some(QpState::Rtr),
+                attr_mask: 1,
+                invalid_state: false,
+            },
+            "rxe0",
+            17,
+            1_000,
+            3_500,
+        );
+        sink.qp(&call, Some(QpState::Init), Some(4));
+        let cm = CmCorrelator::new(CmNames::linux_6_1());
+        let mut send_req = CmCall::synthetic(CmOp::TpSendReq, 4, 2_000);
+        send_req.qp_num = 17;
+        sink.cm(&send_req, &cm);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["kind"], "qp_modify");
+        assert_eq!(lines[0]["from_state"], "INIT");
+        assert_eq!(lines[0]["to_state"], "RTR");
+        assert_eq!(lines[0]["duration_ns"], 2_500);
+        assert_eq!(lines[0]["cm_id"], 4);
+        assert_eq!(lines[1]["op"], "rdma_cma:cm_send_req");
+        assert_eq!(lines[1]["qp_num"], 17);
+        assert_eq!(lines[1]["cm_id"], 4);
+        assert!(lines[1]["ts"].as_str().unwrap().ends_with('Z'));
+    }
+}

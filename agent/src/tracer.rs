@@ -1,0 +1,479 @@
+//! Keeps the probes attached as kernel modules come and go.
+//!
+//! Every poll: an instance whose modules' BTF is present but that is not
+//! loaded gets loaded, attached, reconciled with the kernel's netlink view
+//! and drained; an instance whose module disappeared is dropped; hooks that
+//! failed are retried when the set of loaded modules changes. Each hook's
+//! outcome is exported as `qpwatch_probe_attached{hook}`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use qpwatch_common::CmOffsets;
+use thiserror::Error;
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    sync::watch,
+    task::JoinHandle,
+};
+use tracing::{debug, info, warn};
+
+use crate::{
+    cm::CmNames,
+    metrics::Metrics,
+    offsets::{module_btf_present, KernelBtf},
+    pipeline::Pipeline,
+    probes::{
+        all_hooks, attach_instance, Group, Hook, HookStatus, Instance, InstanceKind, KernelCounters,
+    },
+    rdma::{netlink, QpState, QpType},
+};
+
+#[derive(Debug, Error)]
+pub enum TracerError {
+    #[error("--strict: hook {hook} did not attach: {reason}")]
+    Strict { hook: String, reason: String },
+}
+
+pub struct TracerConfig {
+    pub btf_dir: PathBuf,
+    pub groups: Vec<Group>,
+    pub ring_buffer_bytes: u32,
+    /// Any hook that does not attach is an error.
+    pub strict: bool,
+    /// Adopt QPs and CM ids that exist already (RDMA netlink).
+    pub reconcile: bool,
+}
+
+struct Running {
+    instance: Instance,
+    stop: watch::Sender<bool>,
+    drain: JoinHandle<()>,
+}
+
+/// The kernel-side counters of the running instances, shared with the scrape path.
+#[derive(Default)]
+pub struct CounterSet {
+    instances: HashMap<InstanceKind, KernelCounters>,
+}
+
+impl CounterSet {
+    /// Pulls the counters kept in the kernel into the metrics (at scrape time).
+    pub fn refresh(&mut self, metrics: &Metrics) {
+        for counters in self.instances.values_mut() {
+            match counters.lost_delta() {
+                Ok(delta) => metrics.add_lost(delta),
+                Err(error) => warn!(%error, "reading lost-event counters"),
+            }
+            for (name, hits) in counters.ib_cm_delta() {
+                metrics.tracepoint_hits(&format!("ib_cma:{name}"), hits);
+            }
+        }
+    }
+}
+
+pub struct Tracer {
+    config: TracerConfig,
+    btf: KernelBtf,
+    hooks: Vec<Hook>,
+    running: HashMap<InstanceKind, Running>,
+    statuses: BTreeMap<String, HookStatus>,
+    /// Last reason logged per instance, to log each failure once.
+    last_failure: HashMap<InstanceKind, String>,
+    modules_seen: String,
+    pipeline: Arc<Mutex<Pipeline>>,
+    counters: Arc<Mutex<CounterSet>>,
+}
+
+fn loaded_modules() -> String {
+    std::fs::read_to_string("/proc/modules")
+        .map(|s| {
+            let mut names: Vec<&str> = s.lines().filter_map(|l| l.split(' ').next()).collect();
+            names.sort_unstable();
+            names.join(",")
+        })
+        .unwrap_or_default()
+}
+
+impl Tracer {
+    pub fn new(config: TracerConfig, pipeline: Arc<Mutex<Pipeline>>) -> Self {
+        let btf = KernelBtf::new(&config.btf_dir);
+        let hooks = all_hooks();
+        let mut statuses = BTreeMap::new();
+        for hook in &hooks {
+            let status = if config.groups.contains(&hook.group) {
+                HookStatus::Detached("not attached yet".into())
+            } else {
+                HookStatus::Disabled
+            };
+            statuses.insert(hook.label(), status);
+        }
+        Self {
+            config,
+            btf,
+            hooks,
+            running: HashMap::new(),
+            statuses,
+            last_failure: HashMap::new(),
+            modules_seen: String::new(),
+            pipeline,
+            counters: Arc::default(),
+        }
+    }
+
+    /// Kernel-side counters, for the scrape path.
+    pub fn counters(&self) -> Arc<Mutex<CounterSet>> {
+        Arc::clone(&self.counters)
+    }
+
+    pub fn kernel(&self) -> &str {
+        self.btf.kernel()
+    }
+
+    pub fn statuses(&self) -> Vec<(String, HookStatus)> {
+        self.statuses
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Ready: the QP hooks are attached and their ring buffer is being drained
+    /// (or the QP group is switched off and some instance runs).
+    pub fn ready(&self) -> bool {
+        if self.config.groups.contains(&Group::Qp) {
+            self.running
+                .get(&InstanceKind::IbCore)
+                .is_some_and(|r| r.instance.attached_count() > 0)
+        } else {
+            self.running
+                .values()
+                .any(|r| r.instance.attached_count() > 0)
+        }
+    }
+
+    fn wanted(&self, kind: InstanceKind) -> bool {
+        self.hooks
+            .iter()
+            .any(|h| h.instance == kind && self.config.groups.contains(&h.group))
+    }
+
+    fn set_instance_status(&mut self, kind: InstanceKind, reason: &str) {
+        for hook in self.hooks.iter().filter(|h| h.instance == kind) {
+            if self.config.groups.contains(&hook.group) {
+                self.statuses
+                    .insert(hook.label(), HookStatus::Detached(reason.to_owned()));
+            }
+        }
+    }
+
+    /// One supervision round; see the module docs.
+    pub async fn poll(&mut self) -> Result<(), TracerError> {
+        let modules = loaded_modules();
+        let modules_changed = modules != self.modules_seen;
+        self.modules_seen = modules;
+
+        for kind in InstanceKind::ALL {
+            if !self.wanted(kind) {
+                continue;
+            }
+            let present = kind
+                .modules()
+                .iter()
+                .all(|m| module_btf_present(&self.config.btf_dir, m));
+            match (self.running.contains_key(&kind), present) {
+                (false, true) => self.start(kind),
+                (false, false) => {
+                    let missing: Vec<&str> = kind
+                        .modules()
+                        .iter()
+                        .copied()
+                        .filter(|m| !module_btf_present(&self.config.btf_dir, m))
+                        .collect();
+                    let reason = format!("module {} not loaded", missing.join(", "));
+                    self.fail(kind, reason);
+                }
+                (true, false) => {
+                    let reason = "module unloaded".to_owned();
+                    warn!(instance = kind.name(), "{reason}: detaching its hooks");
+                    self.stop(kind).await;
+                    for m in kind.modules() {
+                        self.btf.forget(m);
+                    }
+                    self.set_instance_status(kind, &reason);
+                }
+                (true, true) if modules_changed => self.retry(kind),
+                (true, true) => {}
+            }
+        }
+        self.publish_statuses();
+        if self.config.strict {
+            if let Some((hook, HookStatus::Detached(reason))) = self
+                .statuses
+                .iter()
+                .find(|(_, s)| matches!(s, HookStatus::Detached(_)))
+            {
+                return Err(TracerError::Strict {
+                    hook: hook.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_statuses(&self) {
+        let statuses = self.statuses();
+        self.pipeline
+            .lock()
+            .expect("not poisoned")
+            .metrics
+            .set_hook_statuses(&statuses);
+    }
+
+    fn fail(&mut self, kind: InstanceKind, reason: String) {
+        if self.last_failure.get(&kind) != Some(&reason) {
+            warn!(instance = kind.name(), %reason, "hooks not attached");
+            self.last_failure.insert(kind, reason.clone());
+        }
+        self.set_instance_status(kind, &reason);
+    }
+
+    fn start(&mut self, kind: InstanceKind) {
+        match self.load(kind) {
+            Ok(()) => {
+                self.last_failure.remove(&kind);
+            }
+            Err(reason) => self.fail(kind, reason),
+        }
+    }
+
+    fn load(&mut self, kind: InstanceKind) -> Result<(), String> {
+        let offsets = self.btf.qp_offsets().map_err(|e| e.to_string())?;
+        let cm_offsets = match kind {
+            InstanceKind::IbCore => CmOffsets::default(),
+            InstanceKind::RdmaCm => {
+                let cm = self.btf.cm_offsets().map_err(|e| e.to_string())?;
+                let states = self
+                    .btf
+                    .enum_names("rdma_cm", "rdma_cm_state", "RDMA_CM_")
+                    .map_err(|e| e.to_string())?;
+                // ib_cm_event_type is ib_cm's; rdma_cm's BTF carries it too.
+                let ib_events = self
+                    .btf
+                    .enum_names("rdma_cm", "ib_cm_event_type", "IB_CM_")
+                    .unwrap_or_default();
+                self.pipeline
+                    .lock()
+                    .expect("not poisoned")
+                    .cm
+                    .set_names(CmNames::new(states, ib_events));
+                cm
+            }
+        };
+        info!(
+            instance = kind.name(),
+            kernel = self.btf.kernel(),
+            ?offsets,
+            ?cm_offsets,
+            "loading with offsets from BTF"
+        );
+        let mut instance =
+            Instance::load(kind, &offsets, &cm_offsets, self.config.ring_buffer_bytes)
+                .map_err(|e| format!("{e}: {}", error_chain(&e)))?;
+        let statuses = attach_instance(&mut instance, &self.hooks, &self.config.groups);
+        for (label, status) in statuses {
+            if let HookStatus::Detached(reason) = &status {
+                debug!(hook = %label, %reason, "not attached");
+            }
+            self.statuses.insert(label, status);
+        }
+        let mut ring = instance.take_events().map_err(|e| e.to_string())?;
+        let counters = instance.take_counters().map_err(|e| e.to_string())?;
+
+        if self.config.reconcile {
+            // After attach, before the first drain: whatever the events say
+            // about these QPs afterwards is newer than the snapshot.
+            self.reconcile(kind);
+        }
+        // Events that arrived meanwhile are processed before the task starts.
+        self.pipeline.lock().expect("not poisoned").drain(&mut ring);
+        let (stop, stop_rx) = watch::channel(false);
+        match aya_log::EbpfLogger::init(instance.ebpf_mut()) {
+            Ok(logger) => {
+                tokio::spawn(forward_ebpf_logs(logger, stop_rx.clone()));
+            }
+            Err(error) => debug!(%error, "no eBPF log forwarding"),
+        }
+        let drain = tokio::spawn(drain_ring(ring, Arc::clone(&self.pipeline), stop_rx));
+        self.counters
+            .lock()
+            .expect("not poisoned")
+            .instances
+            .insert(kind, counters);
+        self.running.insert(
+            kind,
+            Running {
+                instance,
+                stop,
+                drain,
+            },
+        );
+        Ok(())
+    }
+
+    fn reconcile(&mut self, kind: InstanceKind) {
+        let snapshot = match netlink::snapshot() {
+            Ok(s) => s,
+            Err(error) => {
+                warn!(%error, "cannot read existing RDMA resources; QPs created before qpwatch are counted when first seen");
+                return;
+            }
+        };
+        let mut pipeline = self.pipeline.lock().expect("not poisoned");
+        let pipeline = &mut *pipeline;
+        let mut adopted = 0;
+        match kind {
+            InstanceKind::IbCore => {
+                for qp in &snapshot.qps {
+                    let Some(state) = QpState::from_kernel(u32::from(qp.state)) else {
+                        continue;
+                    };
+                    let qp_type = QpType::from_kernel(u32::from(qp.qp_type));
+                    if pipeline.correlator.adopt(
+                        &qp.device,
+                        qp.lqpn,
+                        qp_type,
+                        state,
+                        &mut pipeline.metrics,
+                    ) {
+                        adopted += 1;
+                    }
+                }
+                info!(
+                    adopted,
+                    listed = snapshot.qps.len(),
+                    "reconciled existing QPs"
+                );
+            }
+            InstanceKind::RdmaCm => {
+                for id in &snapshot.cm_ids {
+                    if pipeline.cm.adopt(
+                        id.cm_idn,
+                        u32::from(id.state),
+                        id.lqpn,
+                        &mut pipeline.metrics,
+                    ) {
+                        adopted += 1;
+                    }
+                }
+                info!(
+                    adopted,
+                    listed = snapshot.cm_ids.len(),
+                    "reconciled existing CM ids"
+                );
+            }
+        }
+    }
+
+    fn retry(&mut self, kind: InstanceKind) {
+        let Some(running) = self.running.get_mut(&kind) else {
+            return;
+        };
+        let statuses = attach_instance(&mut running.instance, &self.hooks, &self.config.groups);
+        for (label, status) in statuses {
+            self.statuses.insert(label, status);
+        }
+    }
+
+    async fn stop(&mut self, kind: InstanceKind) {
+        if let Some(counters) = self
+            .counters
+            .lock()
+            .expect("not poisoned")
+            .instances
+            .remove(&kind)
+        {
+            // what was lost since the last scrape is still counted
+            let mut last = CounterSet::default();
+            last.instances.insert(kind, counters);
+            last.refresh(&self.pipeline.lock().expect("not poisoned").metrics);
+        }
+        if let Some(running) = self.running.remove(&kind) {
+            let _ = running.stop.send(true);
+            let _ = running.drain.await;
+            drop(running.instance);
+        }
+    }
+
+    /// Stops every drain task (each drains what is left first) and detaches.
+    pub async fn shutdown(&mut self) {
+        for kind in InstanceKind::ALL {
+            self.stop(kind).await;
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = error.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+async fn drain_ring(
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    pipeline: Arc<Mutex<Pipeline>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd is dropped.
+    let mut ring = match unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) } {
+        Ok(ring) => ring,
+        Err(error) => {
+            warn!(%error, "cannot poll the ring buffer");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            guard = ring.readable_mut() => {
+                let Ok(mut guard) = guard else { break };
+                pipeline.lock().expect("not poisoned").drain(guard.get_inner_mut());
+                guard.clear_ready();
+            }
+        }
+    }
+    // Whatever is still in the ring is counted before the probes go away.
+    let flushed = pipeline.lock().expect("not poisoned").drain(ring.get_mut());
+    debug!(flushed, "drained the ring buffer");
+}
+
+/// aya-log records from the programs go to the `log` facade (bridged into
+/// `tracing`), at the level they were logged with.
+async fn forward_ebpf_logs<T: log::Log>(
+    logger: aya_log::EbpfLogger<T>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // SAFETY: the logger owns its ring-buffer fd for as long as the AsyncFd lives.
+    let Ok(mut fd) = (unsafe { AsyncFd::register_with_interest(logger, Interest::READABLE) })
+    else {
+        warn!("cannot poll the eBPF log ring buffer");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            guard = fd.readable_mut() => {
+                let Ok(mut guard) = guard else { return };
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+        }
+    }
+}
