@@ -140,11 +140,55 @@ struct HandlerStart {
     call: CmCall,
 }
 
+/// Pairs a resolve call with its completion event, whichever is seen first:
+/// the event can be delivered (from a workqueue, on another CPU) before the
+/// call that started the resolution returns and is emitted.
+#[derive(Debug, Default)]
+struct Rendezvous {
+    /// id address → start of the call.
+    starts: HashMap<u64, u64>,
+    /// id address → time of the completion event and whether it succeeded.
+    completions: HashMap<u64, (u64, bool)>,
+}
+
+impl Rendezvous {
+    fn bound(map_len: usize) -> bool {
+        map_len >= MAX_PENDING_RESOLVES
+    }
+
+    /// Returns the duration once both halves are known and the resolution succeeded.
+    fn started(&mut self, id: u64, start: u64) -> Option<Duration> {
+        match self.completions.remove(&id) {
+            Some((at, ok)) if at >= start => ok.then(|| since(start, at)),
+            _ => {
+                if Self::bound(self.starts.len()) {
+                    self.starts.clear();
+                }
+                self.starts.insert(id, start);
+                None
+            }
+        }
+    }
+
+    fn completed(&mut self, id: u64, at: u64, ok: bool) -> Option<Duration> {
+        match self.starts.remove(&id) {
+            Some(start) => ok.then(|| since(start, at)),
+            None => {
+                if Self::bound(self.completions.len()) {
+                    self.completions.clear();
+                }
+                self.completions.insert(id, (at, ok));
+                None
+            }
+        }
+    }
+}
+
 pub struct CmCorrelator {
     names: CmNames,
     ids: HashMap<u32, TrackedId>,
-    addr_resolves: HashMap<u64, u64>,
-    route_resolves: HashMap<u64, u64>,
+    addr_resolves: Rendezvous,
+    route_resolves: Rendezvous,
     handler_starts: HashMap<u32, HandlerStart>,
     qp_to_cm: HashMap<u32, u32>,
     established: Label,
@@ -153,13 +197,6 @@ pub struct CmCorrelator {
 
 fn since(start: u64, end: u64) -> Duration {
     Duration::from_nanos(end.saturating_sub(start))
-}
-
-fn bounded_insert(map: &mut HashMap<u64, u64>, key: u64, value: u64) {
-    if map.len() >= MAX_PENDING_RESOLVES {
-        map.clear();
-    }
-    map.insert(key, value);
 }
 
 pub fn call_name(op: CmOp) -> &'static str {
@@ -208,8 +245,8 @@ impl CmCorrelator {
         Self {
             names,
             ids: HashMap::new(),
-            addr_resolves: HashMap::new(),
-            route_resolves: HashMap::new(),
+            addr_resolves: Rendezvous::default(),
+            route_resolves: Rendezvous::default(),
             handler_starts: HashMap::new(),
             qp_to_cm: HashMap::new(),
             established: Label::from(ESTABLISHED),
@@ -387,7 +424,7 @@ impl CmCorrelator {
                 }
             }
             CmOp::TpSendRep | CmOp::TpQpCreate => {
-                if self.ensure(call, out) && call.status == 0 {
+                if self.ensure(call, out) && call.rc == 0 {
                     self.join(call.cm_id, call.qp_num);
                 }
             }
@@ -454,10 +491,18 @@ impl CmCorrelator {
                 if call.rc == 0 {
                     match call.op {
                         CmOp::ResolveAddr => {
-                            bounded_insert(&mut self.addr_resolves, call.id_ptr, call.start_ns)
+                            if let Some(duration) =
+                                self.addr_resolves.started(call.id_ptr, call.start_ns)
+                            {
+                                out.observe(Observation::CmAddrResolved { duration });
+                            }
                         }
                         CmOp::ResolveRoute => {
-                            bounded_insert(&mut self.route_resolves, call.id_ptr, call.start_ns)
+                            if let Some(duration) =
+                                self.route_resolves.started(call.id_ptr, call.start_ns)
+                            {
+                                out.observe(Observation::CmRouteResolved { duration });
+                            }
                         }
                         _ => {}
                     }
@@ -512,21 +557,15 @@ impl CmCorrelator {
         let at = call.start_ns;
         match call.event {
             cm_event::ADDR_RESOLVED | cm_event::ADDR_ERROR => {
-                if let Some(start) = self.addr_resolves.remove(&call.id_ptr) {
-                    if call.event == cm_event::ADDR_RESOLVED {
-                        out.observe(Observation::CmAddrResolved {
-                            duration: since(start, at),
-                        });
-                    }
+                let ok = call.event == cm_event::ADDR_RESOLVED;
+                if let Some(duration) = self.addr_resolves.completed(call.id_ptr, at, ok) {
+                    out.observe(Observation::CmAddrResolved { duration });
                 }
             }
             cm_event::ROUTE_RESOLVED | cm_event::ROUTE_ERROR => {
-                if let Some(start) = self.route_resolves.remove(&call.id_ptr) {
-                    if call.event == cm_event::ROUTE_RESOLVED {
-                        out.observe(Observation::CmRouteResolved {
-                            duration: since(start, at),
-                        });
-                    }
+                let ok = call.event == cm_event::ROUTE_RESOLVED;
+                if let Some(duration) = self.route_resolves.completed(call.id_ptr, at, ok) {
+                    out.observe(Observation::CmRouteResolved { duration });
                 }
             }
             _ => {}
@@ -675,6 +714,34 @@ mod tests {
                 "ESTABLISHED"
             ]
         );
+    }
+
+    #[test]
+    fn route_resolved_before_the_resolve_call_returned() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        // the handler ran on a workqueue while rdma_resolve_route was still inside
+        c.handle(
+            &handler(2, cm_event::ROUTE_RESOLVED, 5 * MS, "ROUTE_RESOLVED"),
+            &mut out,
+        );
+        c.handle(
+            &call(CmOp::ResolveRoute, 2, 4 * MS, "ROUTE_RESOLVED"),
+            &mut out,
+        );
+        assert!(out.contains(&Observation::CmRouteResolved {
+            duration: Duration::from_millis(1)
+        }));
+        // a failed resolution observes no duration, whatever the order
+        let mut error = handler(3, cm_event::ADDR_ERROR, 9 * MS, "ADDR_BOUND");
+        error.id_ptr = 0x2003;
+        let mut resolve = call(CmOp::ResolveAddr, 3, 8 * MS, "ADDR_QUERY");
+        resolve.id_ptr = 0x2003;
+        c.handle(&resolve, &mut out);
+        c.handle(&error, &mut out);
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, Observation::CmAddrResolved { .. })));
     }
 
     #[test]

@@ -18,5 +18,4 @@ pub mod offsets;
 pub mod pipeline;
 pub mod probes;
 pub mod rdma;
-pub mod tracefs;
 pub mod tracer;

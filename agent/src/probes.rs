@@ -8,15 +8,32 @@
 use std::collections::HashSet;
 
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{KProbe, ProgramError, TracePoint},
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::{KProbe, ProgramError, RawTracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
-use qpwatch_common::{CmOffsets, KernelOffsets, TpLayout, IB_CM_TRACEPOINTS, LOST_REASONS};
+use qpwatch_common::{CmOffsets, KernelOffsets, IB_CM_TRACEPOINTS, LOST_REASONS};
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
-use crate::tracefs::{self, CMA_TRACEPOINTS};
+/// The `rdma_cma:*` tracepoints (drivers/infiniband/core/cma_trace.h) used;
+/// program `tp_<name>` each.
+pub const CMA_TRACEPOINTS: [&str; 14] = [
+    "cm_send_req",
+    "cm_send_rep",
+    "cm_send_rtu",
+    "cm_send_rej",
+    "cm_send_mra",
+    "cm_disconnect",
+    "cm_sent_dreq",
+    "cm_sent_drep",
+    "cm_id_destroy",
+    "cm_qp_create",
+    "cm_qp_destroy",
+    "cm_event_handler",
+    "cm_event_done",
+    "cm_req_handler",
+];
 
 /// The eBPF object built by build.rs from `ebpf/`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qpwatch-ebpf"));
@@ -82,7 +99,8 @@ pub enum Attach {
         function: &'static str,
         ret: bool,
     },
-    Tracepoint {
+    /// A raw tracepoint; `category` only names it.
+    RawTracepoint {
         category: &'static str,
         name: String,
     },
@@ -107,7 +125,9 @@ impl Hook {
             Attach::Kprobe { function, ret } => {
                 format!("{}:{function}", if *ret { "kretprobe" } else { "kprobe" })
             }
-            Attach::Tracepoint { category, name } => format!("tracepoint:{category}:{name}"),
+            Attach::RawTracepoint { category, name } => {
+                format!("raw_tracepoint:{category}:{name}")
+            }
         }
     }
 }
@@ -220,19 +240,19 @@ pub fn all_hooks() -> Vec<Hook> {
     ] {
         hooks.extend(kprobe_pair(entry, ret, function, Cm, RdmaCm));
     }
-    for tp in CMA_TRACEPOINTS {
-        // The handler tracepoints carry what the kprobe on cma_cm_event_handler
-        // gives (minus the id's state): attached only when that kprobe is not.
-        let fallback_for = match tp.name {
+    for name in CMA_TRACEPOINTS {
+        // The handler tracepoints give what the kprobe pair on
+        // cma_cm_event_handler gives: attached only when that is not.
+        let fallback_for = match name {
             "cm_event_handler" => Some("kprobe:cma_cm_event_handler"),
             "cm_event_done" => Some("kretprobe:cma_cm_event_handler"),
             _ => None,
         };
         hooks.push(Hook {
-            program: format!("tp_{}", tp.name),
-            attach: Attach::Tracepoint {
+            program: format!("tp_{name}"),
+            attach: Attach::RawTracepoint {
                 category: "rdma_cma",
-                name: tp.name.to_owned(),
+                name: name.to_owned(),
             },
             group: Cm,
             instance: RdmaCm,
@@ -243,7 +263,7 @@ pub fn all_hooks() -> Vec<Hook> {
     for name in IB_CM_TRACEPOINTS {
         hooks.push(Hook {
             program: format!("tp_{name}"),
-            attach: Attach::Tracepoint {
+            attach: Attach::RawTracepoint {
                 category: "ib_cma",
                 name: name.to_owned(),
             },
@@ -268,8 +288,6 @@ pub enum ProbeError {
         program: String,
         source: ProgramError,
     },
-    #[error("{0}")]
-    Tracefs(#[from] tracefs::TracefsError),
     #[error("map {name}: {source}")]
     Map {
         name: &'static str,
@@ -295,6 +313,8 @@ pub struct Instance {
     ebpf: Ebpf,
     loaded: HashSet<String>,
     attached: HashSet<String>,
+    /// Owned links: each detaches when dropped (see [`Instance::detach`]).
+    links: Vec<Box<dyn Send>>,
 }
 
 impl Instance {
@@ -315,6 +335,7 @@ impl Instance {
             ebpf,
             loaded: HashSet::new(),
             attached: HashSet::new(),
+            links: Vec::new(),
         })
     }
 
@@ -362,37 +383,19 @@ impl Instance {
                     p.load().map_err(err)?;
                 }
                 self.loaded.insert(hook.program.clone());
-                p.attach(function, 0).map_err(err)?;
+                let link = p.attach(function, 0).map_err(err)?;
+                self.links.push(Box::new(p.take_link(link).map_err(err)?));
             }
-            Attach::Tracepoint { category, name } => {
-                if let Some(tp) = CMA_TRACEPOINTS.iter().find(|t| t.name == name) {
-                    let root = tracefs::tracefs_root()?;
-                    let format = tracefs::read_format(&root, category, name)?;
-                    let layout = tracefs::cma_layout(tp, &format)?;
-                    let map = self
-                        .ebpf
-                        .map_mut("TP_LAYOUTS")
-                        .ok_or(ProbeError::MissingMap("TP_LAYOUTS"))?;
-                    let mut layouts: BpfHashMap<&mut MapData, u32, TpLayout> =
-                        BpfHashMap::try_from(map).map_err(|source| ProbeError::Map {
-                            name: "TP_LAYOUTS",
-                            source,
-                        })?;
-                    layouts
-                        .insert(tp.op as u32, layout, 0)
-                        .map_err(|source| ProbeError::Map {
-                            name: "TP_LAYOUTS",
-                            source,
-                        })?;
-                }
-                let p: &mut TracePoint = program_of(&mut self.ebpf, &hook.program)?
+            Attach::RawTracepoint { name, .. } => {
+                let p: &mut RawTracePoint = program_of(&mut self.ebpf, &hook.program)?
                     .try_into()
                     .map_err(err)?;
                 if first_load {
                     p.load().map_err(err)?;
                 }
                 self.loaded.insert(hook.program.clone());
-                p.attach(category, name).map_err(err)?;
+                let link = p.attach(name).map_err(err)?;
+                self.links.push(Box::new(p.take_link(link).map_err(err)?));
             }
         }
         Ok(())
@@ -436,6 +439,27 @@ impl Instance {
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
+    }
+
+    /// Detaches every hook, several at a time: each kprobe or tracepoint perf
+    /// event waits for RCU grace periods when it is released
+    /// (perf_trace_event_unreg → tracepoint_synchronize_unregister,
+    /// unregister_kprobe → synchronize_rcu), and the waits overlap.
+    pub fn detach(mut self) {
+        const THREADS: usize = 16;
+        let links = std::mem::take(&mut self.links);
+        let chunk = links.len().div_ceil(THREADS).max(1);
+        let mut chunks: Vec<Vec<Box<dyn Send>>> = Vec::new();
+        let mut links = links.into_iter().peekable();
+        while links.peek().is_some() {
+            chunks.push(links.by_ref().take(chunk).collect());
+        }
+        std::thread::scope(|scope| {
+            for chunk in chunks {
+                scope.spawn(move || drop(chunk));
+            }
+        });
+        drop(self.ebpf);
     }
 }
 

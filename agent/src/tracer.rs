@@ -388,7 +388,9 @@ impl Tracer {
         }
     }
 
-    async fn stop(&mut self, kind: InstanceKind) {
+    /// Stops an instance's drain task (it drains what is left first) and
+    /// takes the instance out, its counters read one last time.
+    async fn take(&mut self, kind: InstanceKind) -> Option<Instance> {
         if let Some(counters) = self
             .counters
             .lock()
@@ -401,19 +403,41 @@ impl Tracer {
             last.instances.insert(kind, counters);
             last.refresh(&self.pipeline.lock().expect("not poisoned").metrics);
         }
-        if let Some(running) = self.running.remove(&kind) {
-            let _ = running.stop.send(true);
-            let _ = running.drain.await;
-            drop(running.instance);
+        let running = self.running.remove(&kind)?;
+        let _ = running.stop.send(true);
+        let _ = running.drain.await;
+        Some(running.instance)
+    }
+
+    async fn stop(&mut self, kind: InstanceKind) {
+        if let Some(instance) = self.take(kind).await {
+            detach_all(vec![instance]);
         }
     }
 
-    /// Stops every drain task (each drains what is left first) and detaches.
+    /// Drains and detaches every instance, all at once.
     pub async fn shutdown(&mut self) {
+        let mut instances = Vec::new();
         for kind in InstanceKind::ALL {
-            self.stop(kind).await;
+            instances.extend(self.take(kind).await);
         }
+        detach_all(instances);
     }
+}
+
+fn detach_all(instances: Vec<Instance>) {
+    let started = std::time::Instant::now();
+    let hooks: usize = instances.iter().map(Instance::attached_count).sum();
+    std::thread::scope(|scope| {
+        for instance in instances {
+            scope.spawn(move || instance.detach());
+        }
+    });
+    info!(
+        hooks,
+        detach_ms = started.elapsed().as_millis() as u64,
+        "detached"
+    );
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

@@ -319,10 +319,8 @@ impl CmEvent {
 }
 
 /// The `ib_cma:*` tracepoints (drivers/infiniband/core/cm_trace.h) counted in
-/// the kernel: program `tp_<name>` increments slot `index` of `IB_CM_HITS`.
-/// One program each: a BPF tracepoint program cannot tell which tracepoint
-/// fired, as perf_trace_run_bpf_submit() overwrites the record's common
-/// fields (`common_type`) with a pt_regs pointer.
+/// the kernel: raw tracepoint program `tp_<name>` increments slot `index` of
+/// `IB_CM_HITS`.
 pub const IB_CM_TRACEPOINTS: [&str; 34] = [
     "icm_dreq_skipped",
     "icm_dreq_unknown_err",
@@ -359,24 +357,6 @@ pub const IB_CM_TRACEPOINTS: [&str; 34] = [
     "icm_send_unknown_rej_err",
     "icm_staleconn_err",
 ];
-
-/// Field offsets of one `rdma_cma:*` tracepoint record, from its tracefs
-/// `format` file; [`TP_FIELD_ABSENT`] where the tracepoint has no such field.
-/// Keyed in the `TP_LAYOUTS` map by the [`CmOp`] of the tracepoint.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TpLayout {
-    /// [`CmOp`] as u32.
-    pub op: u32,
-    pub cm_id: u16,
-    pub qp_num: u16,
-    /// An `unsigned long` event type.
-    pub event: u16,
-    /// An `int`: status, result or rc.
-    pub status: u16,
-}
-
-pub const TP_FIELD_ABSENT: u16 = u16::MAX;
 
 /// Byte offsets of the kernel struct fields the programs read, resolved from the
 /// running kernel's BTF by the agent and written into the `OFFSETS` global
@@ -424,9 +404,6 @@ unsafe impl aya::Pod for KernelOffsets {}
 #[cfg(feature = "user")]
 // SAFETY: as KernelOffsets.
 unsafe impl aya::Pod for CmOffsets {}
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)], a u32 and four u16: 12 bytes, no padding.
-unsafe impl aya::Pod for TpLayout {}
 
 #[cfg(test)]
 mod tests {
@@ -441,7 +418,6 @@ mod tests {
         assert_eq!(size_of::<KernelOffsets>(), 4 * 8);
         let cm_fields = 4 * 2 + 8 * 4 + 4 * 10 + COMM_LEN + DEVICE_NAME_LEN;
         assert_eq!(size_of::<CmEvent>(), cm_fields);
-        assert_eq!(size_of::<TpLayout>(), 12);
     }
 
     #[test]

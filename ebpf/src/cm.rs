@@ -1,5 +1,5 @@
-//! RDMA CM programs: kprobe/kretprobe pairs on rdma_cm / rdma_ucm functions and
-//! one table-driven program for the `rdma_cma:*` tracepoints.
+//! RDMA CM programs: kprobe/kretprobe pairs on rdma_cm / rdma_ucm functions,
+//! raw tracepoints on `rdma_cma:*`, and counters on `ib_cma:*`.
 //!
 //! Every CM record carries the id's `res.id` (the id `rdma res show cm_id`
 //! prints) and, for kprobes, the `rdma_id_private` address, which identifies
@@ -7,14 +7,14 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{kprobe, kretprobe, map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray},
-    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    macros::{kprobe, kretprobe, map, raw_tracepoint},
+    maps::{LruHashMap, PerCpuArray},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
     Global,
 };
 use qpwatch_common::{
-    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, TpLayout, CM_FLAG_HAS_QP,
-    CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS, TP_FIELD_ABSENT,
+    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_HAS_QP,
+    CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS,
 };
 
 use crate::{begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8};
@@ -38,10 +38,6 @@ static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
 
 #[map]
 static CM_PENDING: LruHashMap<PendingKey, CmEvent> = LruHashMap::with_max_entries(8192, 0);
-
-/// CmOp of an `rdma_cma:*` tracepoint → its field layout, filled from tracefs by the agent.
-#[map]
-static TP_LAYOUTS: HashMap<u32, TpLayout> = HashMap::with_max_entries(64, 0);
 
 /// Hits per `ib_cma:*` tracepoint, indexed as `IB_CM_TRACEPOINTS`.
 #[map]
@@ -150,7 +146,7 @@ macro_rules! cm_call {
 }
 
 macro_rules! cma_qp_helper {
-    ($entry:ident, $ret:ident, $op:expr) => {
+    ($entry:ident, $ret:ident, $op:expr, $only_with_qp:expr) => {
         #[kprobe]
         pub fn $entry(ctx: ProbeContext) -> u32 {
             let id_priv: u64 = ctx.arg(0).unwrap_or(0);
@@ -160,7 +156,7 @@ macro_rules! cma_qp_helper {
 
         #[kretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
-            finish_cm(&ctx, $op, true);
+            finish_cm(&ctx, $op, $only_with_qp);
             0
         }
     };
@@ -199,12 +195,34 @@ cm_call!(
 );
 
 // The static cma_*_qp helpers of drivers/infiniband/core/cma.c take the
-// rdma_id_private itself. They only act on ids with a kernel QP.
-cma_qp_helper!(cm_init_conn_qp, cm_init_conn_qp_ret, CmOp::InitConnQp);
-cma_qp_helper!(cm_init_ud_qp, cm_init_ud_qp_ret, CmOp::InitUdQp);
-cma_qp_helper!(cm_modify_qp_rtr, cm_modify_qp_rtr_ret, CmOp::ModifyQpRtr);
-cma_qp_helper!(cm_modify_qp_rts, cm_modify_qp_rts_ret, CmOp::ModifyQpRts);
-cma_qp_helper!(cm_modify_qp_err, cm_modify_qp_err_ret, CmOp::ModifyQpErr);
+// rdma_id_private itself. cma_init_{conn,ud}_qp get the new QP as an argument
+// (rdma_create_qp() sets id->qp only after them); the cma_modify_qp_* ones
+// return early for ids without a kernel QP, i.e. every userspace id.
+cma_qp_helper!(
+    cm_init_conn_qp,
+    cm_init_conn_qp_ret,
+    CmOp::InitConnQp,
+    false
+);
+cma_qp_helper!(cm_init_ud_qp, cm_init_ud_qp_ret, CmOp::InitUdQp, false);
+cma_qp_helper!(
+    cm_modify_qp_rtr,
+    cm_modify_qp_rtr_ret,
+    CmOp::ModifyQpRtr,
+    true
+);
+cma_qp_helper!(
+    cm_modify_qp_rts,
+    cm_modify_qp_rts_ret,
+    CmOp::ModifyQpRts,
+    true
+);
+cma_qp_helper!(
+    cm_modify_qp_err,
+    cm_modify_qp_err_ret,
+    CmOp::ModifyQpErr,
+    true
+);
 
 /// `int rdma_create_qp(struct rdma_cm_id *id, struct ib_pd *pd,
 ///     struct ib_qp_init_attr *qp_init_attr)`; `id_priv->qp_num` is set on success.
@@ -309,60 +327,95 @@ pub fn cm_ib_req_handler_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// Raw tracepoints on `rdma_cma:*`: their arguments are the `TP_PROTO` ones
+/// (drivers/infiniband/core/cma_trace.h), the first always the
+/// `rdma_id_private`, read with the same BTF offsets as the kprobes. Raw, not
+/// perf tracepoints: releasing a perf tracepoint waits for RCU grace periods
+/// under event_mutex (perf_trace_event_unreg), one tracepoint at a time.
 #[inline(always)]
-fn read_tp<T: Default>(ctx: &TracePointContext, offset: u16) -> T {
-    if offset == TP_FIELD_ABSENT {
-        return T::default();
-    }
-    // SAFETY: the offset comes from this tracepoint's tracefs format; the helper checks bounds.
-    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
-}
-
-/// One program per `rdma_cma:*` tracepoint (see `IB_CM_TRACEPOINTS` for why),
-/// reading the fields at the offsets of this kernel's tracefs format.
-#[inline(always)]
-fn cma_tracepoint_hit(ctx: &TracePointContext, op: CmOp) {
-    // SAFETY: plain lookup; the value is copied out before anything else runs.
-    let Some(layout) = (unsafe { TP_LAYOUTS.get(op as u32) }).copied() else {
-        return;
-    };
+fn cma_tracepoint_hit(
+    ctx: &RawTracePointContext,
+    op: CmOp,
+    fill: impl FnOnce(&mut CmEvent, &CmOffsets),
+) {
+    let Some((k, c)) = cm_offsets() else { return };
+    let id_priv: u64 = ctx.arg(0);
     let mut event = new_cm_event(op);
-    event.cm_id = read_tp::<u32>(ctx, layout.cm_id);
-    event.qp_num = read_tp::<u32>(ctx, layout.qp_num);
-    event.event = read_tp::<u64>(ctx, layout.event) as u32;
-    event.status = read_tp::<i32>(ctx, layout.status);
+    describe_id(&mut event, id_priv, &k, &c);
+    if id_priv != 0 {
+        event.state = read_u32(id_priv, c.id_priv_state);
+        event.flags |= CM_FLAG_STATE;
+    }
+    fill(&mut event, &c);
     emit(&event);
 }
 
 macro_rules! cma_tracepoint {
-    ($name:ident, $op:expr) => {
-        #[tracepoint]
-        pub fn $name(ctx: TracePointContext) -> u32 {
-            cma_tracepoint_hit(&ctx, $op);
+    ($name:ident, $tracepoint:literal, $op:expr) => {
+        #[raw_tracepoint(tracepoint = $tracepoint)]
+        pub fn $name(ctx: RawTracePointContext) -> i32 {
+            cma_tracepoint_hit(&ctx, $op, |_, _| {});
             0
         }
     };
 }
 
-cma_tracepoint!(tp_cm_send_req, CmOp::TpSendReq);
-cma_tracepoint!(tp_cm_send_rep, CmOp::TpSendRep);
-cma_tracepoint!(tp_cm_send_rtu, CmOp::TpSendRtu);
-cma_tracepoint!(tp_cm_send_rej, CmOp::TpSendRej);
-cma_tracepoint!(tp_cm_send_mra, CmOp::TpSendMra);
-cma_tracepoint!(tp_cm_disconnect, CmOp::TpDisconnect);
-cma_tracepoint!(tp_cm_sent_dreq, CmOp::TpSentDreq);
-cma_tracepoint!(tp_cm_sent_drep, CmOp::TpSentDrep);
-cma_tracepoint!(tp_cm_id_destroy, CmOp::TpIdDestroy);
-cma_tracepoint!(tp_cm_qp_create, CmOp::TpQpCreate);
-cma_tracepoint!(tp_cm_qp_destroy, CmOp::TpQpDestroy);
-cma_tracepoint!(tp_cm_event_handler, CmOp::TpEventHandler);
-cma_tracepoint!(tp_cm_event_done, CmOp::TpEventDone);
-cma_tracepoint!(tp_cm_req_handler, CmOp::TpReqHandler);
+cma_tracepoint!(tp_cm_send_req, "cm_send_req", CmOp::TpSendReq);
+cma_tracepoint!(tp_cm_send_rep, "cm_send_rep", CmOp::TpSendRep);
+cma_tracepoint!(tp_cm_send_rtu, "cm_send_rtu", CmOp::TpSendRtu);
+cma_tracepoint!(tp_cm_send_rej, "cm_send_rej", CmOp::TpSendRej);
+cma_tracepoint!(tp_cm_send_mra, "cm_send_mra", CmOp::TpSendMra);
+cma_tracepoint!(tp_cm_disconnect, "cm_disconnect", CmOp::TpDisconnect);
+cma_tracepoint!(tp_cm_sent_dreq, "cm_sent_dreq", CmOp::TpSentDreq);
+cma_tracepoint!(tp_cm_sent_drep, "cm_sent_drep", CmOp::TpSentDrep);
+cma_tracepoint!(tp_cm_id_destroy, "cm_id_destroy", CmOp::TpIdDestroy);
+cma_tracepoint!(tp_cm_qp_destroy, "cm_qp_destroy", CmOp::TpQpDestroy);
+
+/// `cm_qp_create(id_priv, pd, qp_init_attr, int rc)`
+#[raw_tracepoint(tracepoint = "cm_qp_create")]
+pub fn tp_cm_qp_create(ctx: RawTracePointContext) -> i32 {
+    let rc: u64 = ctx.arg(3);
+    cma_tracepoint_hit(&ctx, CmOp::TpQpCreate, |event, _| event.rc = rc as i32);
+    0
+}
+
+/// `cm_event_handler(id_priv, const struct rdma_cm_event *event)`
+#[raw_tracepoint(tracepoint = "cm_event_handler")]
+pub fn tp_cm_event_handler(ctx: RawTracePointContext) -> i32 {
+    let event_ptr: u64 = ctx.arg(1);
+    cma_tracepoint_hit(&ctx, CmOp::TpEventHandler, |event, c| {
+        event.event = read_u32(event_ptr, c.cm_event_event);
+        event.status = read_u32(event_ptr, c.cm_event_status) as i32;
+    });
+    0
+}
+
+/// `cm_event_done(id_priv, const struct rdma_cm_event *event, int result)`
+#[raw_tracepoint(tracepoint = "cm_event_done")]
+pub fn tp_cm_event_done(ctx: RawTracePointContext) -> i32 {
+    let event_ptr: u64 = ctx.arg(1);
+    let result: u64 = ctx.arg(2);
+    cma_tracepoint_hit(&ctx, CmOp::TpEventDone, |event, c| {
+        event.event = read_u32(event_ptr, c.cm_event_event);
+        event.status = result as i32;
+    });
+    0
+}
+
+/// `cm_req_handler(id_priv, int event)`: the listener and the IB CM event.
+#[raw_tracepoint(tracepoint = "cm_req_handler")]
+pub fn tp_cm_req_handler(ctx: RawTracePointContext) -> i32 {
+    let ib_event: u64 = ctx.arg(1);
+    cma_tracepoint_hit(&ctx, CmOp::TpReqHandler, |event, _| {
+        event.event = ib_event as u32
+    });
+    0
+}
 
 macro_rules! ib_cm_tracepoint {
-    ($name:ident, $index:expr) => {
-        #[tracepoint]
-        pub fn $name(_ctx: TracePointContext) -> u32 {
+    ($name:ident, $tracepoint:literal, $index:expr) => {
+        #[raw_tracepoint(tracepoint = $tracepoint)]
+        pub fn $name(_ctx: RawTracePointContext) -> i32 {
             if let Some(hits) = IB_CM_HITS.get_ptr_mut($index) {
                 // SAFETY: per-CPU slot.
                 unsafe { *hits += 1 };
@@ -372,37 +425,37 @@ macro_rules! ib_cm_tracepoint {
     };
 }
 
-ib_cm_tracepoint!(tp_icm_dreq_skipped, 0);
-ib_cm_tracepoint!(tp_icm_dreq_unknown_err, 1);
-ib_cm_tracepoint!(tp_icm_establish_err, 2);
-ib_cm_tracepoint!(tp_icm_handler_err, 3);
-ib_cm_tracepoint!(tp_icm_insert_failed_err, 4);
-ib_cm_tracepoint!(tp_icm_issue_drep, 5);
-ib_cm_tracepoint!(tp_icm_issue_rej, 6);
-ib_cm_tracepoint!(tp_icm_mad_send_err, 7);
-ib_cm_tracepoint!(tp_icm_mra_unknown_err, 8);
-ib_cm_tracepoint!(tp_icm_no_listener_err, 9);
-ib_cm_tracepoint!(tp_icm_no_priv_err, 10);
-ib_cm_tracepoint!(tp_icm_qp_init_err, 11);
-ib_cm_tracepoint!(tp_icm_qp_rtr_err, 12);
-ib_cm_tracepoint!(tp_icm_qp_rts_err, 13);
-ib_cm_tracepoint!(tp_icm_rej_unknown_err, 14);
-ib_cm_tracepoint!(tp_icm_remote_no_priv_err, 15);
-ib_cm_tracepoint!(tp_icm_rep_unknown_err, 16);
-ib_cm_tracepoint!(tp_icm_send_cm_rtu_err, 17);
-ib_cm_tracepoint!(tp_icm_send_drep, 18);
-ib_cm_tracepoint!(tp_icm_send_drep_err, 19);
-ib_cm_tracepoint!(tp_icm_send_dreq, 20);
-ib_cm_tracepoint!(tp_icm_send_dup_rep, 21);
-ib_cm_tracepoint!(tp_icm_send_dup_req, 22);
-ib_cm_tracepoint!(tp_icm_send_mra, 23);
-ib_cm_tracepoint!(tp_icm_send_mra_unknown_err, 24);
-ib_cm_tracepoint!(tp_icm_send_rej, 25);
-ib_cm_tracepoint!(tp_icm_send_rep, 26);
-ib_cm_tracepoint!(tp_icm_send_rep_err, 27);
-ib_cm_tracepoint!(tp_icm_send_req, 28);
-ib_cm_tracepoint!(tp_icm_send_rtu, 29);
-ib_cm_tracepoint!(tp_icm_send_sidr_rep, 30);
-ib_cm_tracepoint!(tp_icm_send_sidr_req, 31);
-ib_cm_tracepoint!(tp_icm_send_unknown_rej_err, 32);
-ib_cm_tracepoint!(tp_icm_staleconn_err, 33);
+ib_cm_tracepoint!(tp_icm_dreq_skipped, "icm_dreq_skipped", 0);
+ib_cm_tracepoint!(tp_icm_dreq_unknown_err, "icm_dreq_unknown_err", 1);
+ib_cm_tracepoint!(tp_icm_establish_err, "icm_establish_err", 2);
+ib_cm_tracepoint!(tp_icm_handler_err, "icm_handler_err", 3);
+ib_cm_tracepoint!(tp_icm_insert_failed_err, "icm_insert_failed_err", 4);
+ib_cm_tracepoint!(tp_icm_issue_drep, "icm_issue_drep", 5);
+ib_cm_tracepoint!(tp_icm_issue_rej, "icm_issue_rej", 6);
+ib_cm_tracepoint!(tp_icm_mad_send_err, "icm_mad_send_err", 7);
+ib_cm_tracepoint!(tp_icm_mra_unknown_err, "icm_mra_unknown_err", 8);
+ib_cm_tracepoint!(tp_icm_no_listener_err, "icm_no_listener_err", 9);
+ib_cm_tracepoint!(tp_icm_no_priv_err, "icm_no_priv_err", 10);
+ib_cm_tracepoint!(tp_icm_qp_init_err, "icm_qp_init_err", 11);
+ib_cm_tracepoint!(tp_icm_qp_rtr_err, "icm_qp_rtr_err", 12);
+ib_cm_tracepoint!(tp_icm_qp_rts_err, "icm_qp_rts_err", 13);
+ib_cm_tracepoint!(tp_icm_rej_unknown_err, "icm_rej_unknown_err", 14);
+ib_cm_tracepoint!(tp_icm_remote_no_priv_err, "icm_remote_no_priv_err", 15);
+ib_cm_tracepoint!(tp_icm_rep_unknown_err, "icm_rep_unknown_err", 16);
+ib_cm_tracepoint!(tp_icm_send_cm_rtu_err, "icm_send_cm_rtu_err", 17);
+ib_cm_tracepoint!(tp_icm_send_drep, "icm_send_drep", 18);
+ib_cm_tracepoint!(tp_icm_send_drep_err, "icm_send_drep_err", 19);
+ib_cm_tracepoint!(tp_icm_send_dreq, "icm_send_dreq", 20);
+ib_cm_tracepoint!(tp_icm_send_dup_rep, "icm_send_dup_rep", 21);
+ib_cm_tracepoint!(tp_icm_send_dup_req, "icm_send_dup_req", 22);
+ib_cm_tracepoint!(tp_icm_send_mra, "icm_send_mra", 23);
+ib_cm_tracepoint!(tp_icm_send_mra_unknown_err, "icm_send_mra_unknown_err", 24);
+ib_cm_tracepoint!(tp_icm_send_rej, "icm_send_rej", 25);
+ib_cm_tracepoint!(tp_icm_send_rep, "icm_send_rep", 26);
+ib_cm_tracepoint!(tp_icm_send_rep_err, "icm_send_rep_err", 27);
+ib_cm_tracepoint!(tp_icm_send_req, "icm_send_req", 28);
+ib_cm_tracepoint!(tp_icm_send_rtu, "icm_send_rtu", 29);
+ib_cm_tracepoint!(tp_icm_send_sidr_rep, "icm_send_sidr_rep", 30);
+ib_cm_tracepoint!(tp_icm_send_sidr_req, "icm_send_sidr_req", 31);
+ib_cm_tracepoint!(tp_icm_send_unknown_rej_err, "icm_send_unknown_rej_err", 32);
+ib_cm_tracepoint!(tp_icm_staleconn_err, "icm_staleconn_err", 33);

@@ -18,10 +18,10 @@ start_agent() {
   local log_file="$OUT/agent.log"
   "$BIN/qpwatch" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
   AGENT_PID=$!
-  local i
-  for i in $(seq 1 600); do
+  local start=$SECONDS
+  while [ $((SECONDS - start)) -lt 60 ]; do
     if curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; then
-      log "agent ready (pid $AGENT_PID) after $((i / 10)).$((i % 10)) s"
+      log "agent ready (pid $AGENT_PID) after $((SECONDS - start)) s"
       return 0
     fi
     if ! kill -0 "$AGENT_PID" 2>/dev/null; then
@@ -71,11 +71,12 @@ assert_eq() {
 # wait_for_metric SELECTOR EXPECTED [TIMEOUT_S]: polls until the sum equals
 # EXPECTED (events are drained asynchronously); leaves the last scrape in $LAST.
 wait_for_metric() {
-  local sel=$1 expected=$2 timeout=${3:-30} i value=
-  for i in $(seq 1 $((timeout * 5))); do
+  local sel=$1 expected=$2 deadline=$((SECONDS + ${3:-30})) value=
+  while :; do
     LAST=$(scrape "wait")
     value=$(metric "$LAST" "$sel")
     [ "$value" = "$expected" ] && return 0
+    [ $SECONDS -lt $deadline ] || break
     sleep 0.2
   done
   log "timeout: $sel = $value, expected $expected"
@@ -87,18 +88,25 @@ rdma_qps() {
   rdma -j res show qp | jq "[.[] | select($1)] | length"
 }
 
-# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds.
+# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
+# (a deadline, not a retry count: commands are slow under emulation).
 wait_until() {
-  local timeout=$1 i
+  local deadline=$((SECONDS + $1))
   shift
-  for i in $(seq 1 $((timeout * 10))); do
+  while :; do
     "$@" && return 0
+    [ $SECONDS -lt $deadline ] || return 1
     sleep 0.1
   done
-  return 1
 }
 
+# on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
+ON_EXIT=()
+on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
+
 cleanup_scenario() {
+  local cmd
+  for cmd in "${ON_EXIT[@]}"; do eval "$cmd" >/dev/null 2>&1 || true; done
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
   pkill -x rping 2>/dev/null || true
 }

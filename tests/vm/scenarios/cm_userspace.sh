@@ -1,0 +1,62 @@
+# Userspace RDMA CM through rdma_ucm: rping over rxe0 with the agent attached
+# and `qpwatch events` streaming. Exact counts for one connection:
+#   CONNECT_REQUEST 1 (passive id), ESTABLISHED 1 (passive: for userspace ids
+#   the active side gets CONNECT_RESPONSE, librdmacm moves the QP to RTS and
+#   sends the RTU; cma_ib_handler), DISCONNECTED 2 (both sides),
+#   one connect-duration observation per side, every QP joined to a cm_id.
+# Then a connect to a port with no listener: REJECTED (IB CM reject reason 8,
+# invalid service id), counted in qpwatch_cm_errors_total.
+start_agent
+"$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
+events=$!
+wait_until 60 grep -q "hooks attached instance=\"rdma_cm\"" "$OUT/events.log" || fail "events stream did not attach"
+base=$(scrape base)
+
+listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN" and .comm == "rping")] | length > 0' >/dev/null; }
+rping -s -a "$RXE_ADDR" -C 5 >"$OUT/rping-server.log" 2>&1 &
+server=$!
+wait_until 20 listening || fail "rping server not listening"
+rping -c -a "$RXE_ADDR" -C 5 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
+wait "$server" || fail "rping server failed"
+
+ids_base=$(metric "$base" 'qpwatch_cm_ids')
+wait_for_metric 'qpwatch_cm_ids' "$ids_base" || fail "CM ids not all destroyed"
+after=$(scrape after)
+ev() { delta "$base" "$after" "qpwatch_cm_events_total{event=\"$1\"}"; }
+assert_eq "CONNECT_REQUEST events" 1 "$(ev CONNECT_REQUEST)"
+assert_eq "ESTABLISHED events" 1 "$(ev ESTABLISHED)"
+assert_eq "DISCONNECTED events" 2 "$(ev DISCONNECTED)"
+assert_eq "CONNECT_RESPONSE events" 1 "$(ev CONNECT_RESPONSE)"
+assert_eq "ADDR_RESOLVED events" 1 "$(ev ADDR_RESOLVED)"
+assert_eq "ROUTE_RESOLVED events" 1 "$(ev ROUTE_RESOLVED)"
+assert_eq "active connect durations" 1 "$(delta "$base" "$after" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
+assert_eq "passive connect durations" 1 "$(delta "$base" "$after" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
+assert_eq "address resolutions timed" 1 "$(delta "$base" "$after" 'qpwatch_cm_address_resolve_duration_seconds_count')"
+assert_eq "route resolutions timed" 1 "$(delta "$base" "$after" 'qpwatch_cm_route_resolve_duration_seconds_count')"
+assert_eq "REQ sent (tracepoint)" 1 "$(delta "$base" "$after" 'qpwatch_tracepoint_hits_total{tracepoint="rdma_cma:cm_send_req"}')"
+assert_eq "IB CM REQ sent (ib_cma tracepoint)" 1 "$(delta "$base" "$after" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_send_req"}')"
+assert_eq "CM errors" 0 "$(delta "$base" "$after" 'qpwatch_cm_errors_total')"
+assert_eq "QPs by process rping" 2 "$(delta "$base" "$after" 'qpwatch_qp_created_by_process_total{comm="rping"}')"
+
+# every QP the connection created is joined to a CM id in the event stream
+sleep 1
+created=$(jq -r 'select(.kind == "qp_create" and .comm == "rping") | .qp_num' "$OUT/events.jsonl" | sort -u)
+assert_eq "QPs created in the event stream" 2 "$(echo "$created" | grep -c .)"
+for qp in $created; do
+  cm=$(jq -r --argjson qp "$qp" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u)
+  [ -n "$cm" ] || fail "QP $qp never appears with a cm_id"
+  log "ok: QP $qp joined to cm_id $(echo $cm | tr '\n' ' ')"
+done
+# modifies after the join carry the cm_id too (the active side's RTR/RTS)
+joined_modifies=$(jq -r 'select(.kind == "qp_modify" and .cm_id != null) | .qp_num' "$OUT/events.jsonl" | grep -c . || true)
+[ "$joined_modifies" -ge 2 ] || fail "expected modifies annotated with a cm_id, got $joined_modifies"
+
+# no listener on this port: the passive side's IB CM rejects the REQ
+rping -c -a "$RXE_ADDR" -p 7471 -C 1 >"$OUT/rping-refused.log" 2>&1 && fail "connect to a closed port succeeded"
+wait_for_metric 'qpwatch_cm_errors_total{event="REJECTED"}' 1 || fail "REJECTED not counted"
+end=$(scrape end)
+assert_eq "REJECTED with reject reason 8 (invalid service id)" 1 "$(delta "$after" "$end" 'qpwatch_cm_events_total{event="REJECTED",status="reject_8"}')"
+assert_eq "no-listener IB CM errors" 1 "$(delta "$after" "$end" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_no_listener_err"}')"
+assert_eq "events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
+kill -INT "$events"; wait "$events" || fail "events stream exited non-zero"
+stop_agent
