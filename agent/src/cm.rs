@@ -191,8 +191,36 @@ pub struct CmCorrelator {
     route_resolves: Rendezvous,
     handler_starts: HashMap<u32, HandlerStart>,
     qp_to_cm: HashMap<u32, u32>,
+    destroyed: RecentIds,
     established: Label,
     unknown: Label,
+}
+
+/// The most recently destroyed ids. The kernel numbers ids cyclically
+/// (`xa_alloc_cyclic` in rdma_restrack_add()), so a number is not reused soon.
+#[derive(Debug, Default)]
+struct RecentIds {
+    order: std::collections::VecDeque<u32>,
+    set: std::collections::HashSet<u32>,
+}
+
+impl RecentIds {
+    const CAPACITY: usize = 4096;
+
+    fn insert(&mut self, id: u32) {
+        if self.set.insert(id) {
+            self.order.push_back(id);
+            if self.order.len() > Self::CAPACITY {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, id: u32) -> bool {
+        self.set.contains(&id)
+    }
 }
 
 fn since(start: u64, end: u64) -> Duration {
@@ -249,6 +277,7 @@ impl CmCorrelator {
             route_resolves: Rendezvous::default(),
             handler_starts: HashMap::new(),
             qp_to_cm: HashMap::new(),
+            destroyed: RecentIds::default(),
             established: Label::from(ESTABLISHED),
             unknown: Label::from(UNKNOWN),
         }
@@ -324,9 +353,11 @@ impl CmCorrelator {
         );
     }
 
-    /// Makes sure an attached id is tracked; returns whether it is.
+    /// Makes sure an attached id is tracked; returns whether it is. An id
+    /// whose destroy was seen is not tracked again: a handler that began
+    /// before the destroy returns (and is emitted) after it.
     fn ensure(&mut self, call: &CmCall, out: &mut impl Observer) -> bool {
-        if call.cm_id == 0 {
+        if !call.attached || self.destroyed.contains(call.cm_id) {
             return false;
         }
         if !self.ids.contains_key(&call.cm_id) {
@@ -452,6 +483,9 @@ impl CmCorrelator {
                 }
             }
             CmOp::TpIdDestroy => {
+                if call.attached {
+                    self.destroyed.insert(call.cm_id);
+                }
                 if let Some(t) = self.ids.remove(&call.cm_id) {
                     out.observe(Observation::LiveCmIds {
                         state: t.state,
@@ -654,6 +688,7 @@ mod tests {
     fn userspace_connection() -> Vec<CmCall> {
         let mut resolve = call(CmOp::ResolveAddr, 0, 0, "ADDR_QUERY");
         resolve.id_ptr = 0x1002; // not attached yet: no res.id
+        resolve.attached = false;
         vec![
             call(CmOp::BindAddr, 1, 0, "ADDR_BOUND"),
             call(CmOp::Listen, 1, MS, "LISTEN"),
@@ -841,11 +876,29 @@ mod tests {
     }
 
     #[test]
-    fn unattached_ids_are_not_tracked() {
+    fn unattached_ids_are_not_tracked_but_id_zero_is_an_id() {
         let mut c = CmCorrelator::new(names());
         let mut out = Vec::new();
-        c.handle(&call(CmOp::BindAddr, 0, 0, "ADDR_BOUND"), &mut out);
+        let mut unattached = call(CmOp::BindAddr, 0, 0, "ADDR_BOUND");
+        unattached.attached = false;
+        c.handle(&unattached, &mut out);
         assert_eq!(c.tracked(), 0);
-        assert!(live(&out).is_empty());
+        c.handle(&call(CmOp::Listen, 0, MS, "LISTEN"), &mut out);
+        assert_eq!(c.state_of(0), Some("LISTEN"));
+    }
+
+    #[test]
+    fn a_return_after_the_destroy_does_not_revive_the_id() {
+        let mut c = CmCorrelator::new(names());
+        let mut out = Vec::new();
+        c.handle(&call(CmOp::Listen, 4, 0, "LISTEN"), &mut out);
+        c.handle(&tp(CmOp::TpIdDestroy, 4, 0, MS), &mut out);
+        // cma_cm_event_handler began before the destroy, returned after it
+        c.handle(
+            &handler(4, cm_event::DISCONNECTED, MS / 2, "DESTROYING"),
+            &mut out,
+        );
+        assert_eq!(c.tracked(), 0);
+        assert!(live(&out).is_empty(), "{:?}", live(&out));
     }
 }

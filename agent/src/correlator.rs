@@ -147,7 +147,7 @@ impl Observer for Vec<Observation> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// QPs tracked at once; beyond it the oldest tracked QP is evicted.
     pub max_tracked_qps: usize,

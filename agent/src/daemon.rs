@@ -1,9 +1,9 @@
 //! The agent's main loop: keep the probes attached (tracer), feed the
-//! pipeline, serve metrics, shut down cleanly on a signal.
+//! pipeline, serve metrics, talk to systemd, shut down cleanly on a signal.
 
 use std::{
+    os::fd::OwnedFd,
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
 use anyhow::Context;
@@ -12,17 +12,18 @@ use tokio::{
     signal::unix::{signal, SignalKind},
     sync::watch,
 };
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     cm::{CmCorrelator, CmNames},
-    config::RunArgs,
+    config::{self, RunArgs, Settings},
     correlator::Correlator,
     http::{self, HttpState},
     jsonl::JsonLines,
-    metrics::{Buckets, Metrics},
+    metrics::Metrics,
     offsets::kernel_release,
     pipeline::{EventSink, Pipeline},
+    systemd::Notifier,
     tracer::{Tracer, TracerConfig},
 };
 
@@ -50,39 +51,48 @@ fn bump_memlock_rlimit() {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-async fn termination() -> anyhow::Result<()> {
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = int.recv() => info!("SIGINT: shutting down"),
+/// `--bpf-stats`: BPF_ENABLE_STATS keeps run-time accounting on for as long
+/// as the returned fd is open (needs CAP_SYS_ADMIN).
+fn enable_bpf_stats(settings: &Settings) -> Option<OwnedFd> {
+    if !settings.bpf_stats {
+        return None;
     }
-    Ok(())
+    match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+        Ok(fd) => {
+            info!("BPF run-time statistics enabled");
+            Some(fd)
+        }
+        Err(error) => {
+            warn!(%error, "cannot enable BPF run-time statistics (needs CAP_SYS_ADMIN)");
+            None
+        }
+    }
 }
 
-pub async fn run(args: RunArgs, mode: Mode) -> anyhow::Result<()> {
-    args.validate()?;
+pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Result<()> {
     bump_memlock_rlimit();
+    let notifier = Notifier::from_env();
+    let _bpf_stats = enable_bpf_stats(&settings);
 
-    let metrics = Metrics::new(&Buckets::default(), &kernel_release());
+    let metrics = Metrics::new(&settings.buckets, &kernel_release());
     let sink: Option<Box<dyn EventSink>> = match mode {
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,
     };
     let pipeline = Arc::new(Mutex::new(Pipeline {
-        correlator: Correlator::new(args.limits()),
+        correlator: Correlator::new(settings.limits),
         cm: CmCorrelator::new(CmNames::linux_6_1()),
         metrics: metrics.clone(),
         sink,
     }));
     let mut tracer = Tracer::new(
         TracerConfig {
-            btf_dir: args.btf_dir.clone(),
-            groups: args.groups.clone(),
-            ring_buffer_bytes: args.ring_buffer_bytes,
-            strict: args.strict,
-            reconcile: !args.no_reconcile,
+            btf_dir: settings.btf_dir.clone(),
+            groups: settings.groups.clone(),
+            ring_buffer_bytes: settings.ring_buffer_bytes,
+            strict: settings.strict,
+            reconcile: settings.reconcile,
+            bpf_stats: settings.bpf_stats,
         },
         Arc::clone(&pipeline),
     );
@@ -101,10 +111,10 @@ pub async fn run(args: RunArgs, mode: Mode) -> anyhow::Result<()> {
                     .refresh(&scrape_metrics)
             }),
         );
-        let listener = TcpListener::bind(args.listen)
+        let listener = TcpListener::bind(settings.listen)
             .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
-        info!(listen = %args.listen, "serving /metrics");
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        info!(listen = %settings.listen, "serving /metrics");
         let mut http_stop = stop_rx.clone();
         server = Some(tokio::spawn(http::serve(
             listener,
@@ -118,24 +128,50 @@ pub async fn run(args: RunArgs, mode: Mode) -> anyhow::Result<()> {
         None
     };
 
-    let shutdown = termination();
-    tokio::pin!(shutdown);
-    let mut poll = tokio::time::interval(Duration::from_secs_f64(args.module_poll_interval));
-    let result = loop {
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
+    let mut poll = tokio::time::interval(settings.module_poll_interval);
+    let mut watchdog = notifier.watchdog_interval().map(tokio::time::interval);
+    let mut ready_sent = false;
+    let mut settings = settings;
+    let result: anyhow::Result<()> = loop {
         tokio::select! {
-            result = &mut shutdown => break result,
+            _ = term.recv() => { info!("SIGTERM: shutting down"); break Ok(()); }
+            _ = int.recv() => { info!("SIGINT: shutting down"); break Ok(()); }
+            _ = hup.recv() => {
+                notifier.notify("RELOADING=1");
+                match config::load(&args) {
+                    Ok(new) => {
+                        reload(&settings, &new);
+                        settings = new;
+                    }
+                    // A bad file on reload keeps the running settings.
+                    Err(error) => warn!(%error, "SIGHUP: configuration not reloaded"),
+                }
+                notifier.notify("READY=1");
+            }
             _ = poll.tick() => {
                 let polled = tracer.poll().await;
+                let ready = tracer.ready();
                 if let Some(state) = &state {
-                    state.set_ready(tracer.ready());
+                    state.set_ready(ready);
+                }
+                if ready && !ready_sent {
+                    notifier.notify("READY=1\nSTATUS=probes attached");
+                    ready_sent = true;
                 }
                 if let Err(error) = polled {
                     break Err(error.into());
                 }
             }
+            Some(_) = async { match watchdog.as_mut() { Some(w) => Some(w.tick().await), None => None } } => {
+                notifier.notify("WATCHDOG=1");
+            }
         }
     };
 
+    notifier.notify("STOPPING=1");
     if let Some(state) = &state {
         state.set_ready(false);
     }
@@ -144,6 +180,38 @@ pub async fn run(args: RunArgs, mode: Mode) -> anyhow::Result<()> {
         server.await.context("HTTP server task")??;
     }
     tracer.shutdown().await;
-    info!("detached; bye");
+    info!("bye");
     result
+}
+
+/// What a SIGHUP changes at run time: the probe targets and the responder.
+/// Everything else needs a restart, and is said so.
+fn reload(old: &Settings, new: &Settings) {
+    let restart_keys: Vec<&str> = [
+        ("listen", old.listen != new.listen),
+        (
+            "probes",
+            old.groups != new.groups || old.ring_buffer_bytes != new.ring_buffer_bytes,
+        ),
+        ("limits", old.limits != new.limits),
+        ("buckets", old.buckets != new.buckets),
+        (
+            "log_level/log_format",
+            old.log_level != new.log_level || old.log_format != new.log_format,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect();
+    if !restart_keys.is_empty() {
+        warn!(
+            keys = %restart_keys.join(", "),
+            "SIGHUP: these settings change only on restart"
+        );
+    }
+    info!(
+        targets = new.targets.len(),
+        responder = ?new.responder_listen,
+        "SIGHUP: configuration reloaded"
+    );
 }

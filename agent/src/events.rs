@@ -3,7 +3,7 @@
 use std::{mem::size_of, time::Duration};
 
 use qpwatch_common::{
-    CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_HAS_QP, CM_FLAG_STATE,
+    CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_ATTACHED, CM_FLAG_HAS_QP, CM_FLAG_STATE,
     CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK,
 };
 use thiserror::Error;
@@ -132,8 +132,10 @@ pub struct CmCall {
     pub tid: u32,
     /// Kernel address of the id (kprobes only): identifies ids with no `cm_id` yet.
     pub id_ptr: u64,
-    /// `res.id`, 0 until the id is attached to a device.
+    /// `res.id`, meaningful when `attached`.
     pub cm_id: u32,
+    /// Attached to a device (`res.valid`): listed by `rdma res show cm_id`.
+    pub attached: bool,
     pub qp_num: u32,
     pub event: u32,
     pub status: i32,
@@ -173,6 +175,7 @@ impl CmCall {
             tid: 1,
             id_ptr: 0,
             cm_id,
+            attached: true,
             qp_num: 0,
             event: 0,
             status: 0,
@@ -229,6 +232,7 @@ fn decode_cm(bytes: &[u8]) -> Result<CmCall, DecodeError> {
         tid: raw.pid_tgid as u32,
         id_ptr: raw.id_ptr,
         cm_id: raw.cm_id,
+        attached: raw.flags & CM_FLAG_ATTACHED != 0,
         qp_num: raw.qp_num,
         event: raw.event,
         status: raw.status,

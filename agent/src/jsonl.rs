@@ -167,7 +167,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             device: call.device(),
             qp_num: (call.qp_num != 0).then_some(call.qp_num),
             qp_type: None,
-            cm_id: (call.cm_id != 0).then_some(call.cm_id),
+            cm_id: call.attached.then_some(call.cm_id),
             from_state: from.as_deref(),
             to_state: to.as_deref(),
             cm_event,

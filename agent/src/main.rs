@@ -1,33 +1,86 @@
-use clap::Parser;
-use qpwatch::config::{Cli, Command};
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
+use clap::Parser;
+use qpwatch::{
+    config::{self, Cli, Command, RunArgs},
+    daemon::{self, Mode},
+};
+
+/// Exit code for bad configuration or flags (clap uses 2 for usage errors too).
+const BAD_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (args, mode) = match cli.command {
-        Some(Command::Run(args)) => (args, qpwatch::daemon::Mode::Serve),
-        Some(Command::Events(args)) => (args, qpwatch::daemon::Mode::Events),
-        None => (cli.run, qpwatch::daemon::Mode::Serve),
+    match cli.command {
+        None => serve(cli.run, Mode::Serve),
+        Some(Command::Run(args)) => serve(args, Mode::Serve),
+        Some(Command::Events(args)) => serve(args, Mode::Events),
+        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::Install(args)) => match qpwatch::install::install(&args.root) {
+            Ok(done) => {
+                done.iter().for_each(|line| println!("{line}"));
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(&error),
+        },
+    }
+}
+
+fn fail(error: &anyhow::Error) -> ExitCode {
+    eprintln!("qpwatch: {error:#}");
+    ExitCode::FAILURE
+}
+
+fn check_config(path: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("qpwatch: {}: (file): cannot read: {error}", path.display());
+            return ExitCode::from(BAD_CONFIG);
+        }
     };
-    if let Err(error) = qpwatch::logging::init(&args.log_level, args.log_format) {
-        eprintln!("qpwatch: {error:#}");
-        return std::process::ExitCode::from(2);
+    match config::parse_file(path, &text) {
+        Ok(settings) => {
+            println!(
+                "{}: ok ({} probe targets, responder {})",
+                path.display(),
+                settings.targets.len(),
+                settings
+                    .responder_listen
+                    .map_or("off".to_owned(), |a| a.to_string())
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("qpwatch: {error}");
+            ExitCode::from(BAD_CONFIG)
+        }
+    }
+}
+
+fn serve(args: RunArgs, mode: Mode) -> ExitCode {
+    let settings = match config::load(&args) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("qpwatch: {error}");
+            return ExitCode::from(BAD_CONFIG);
+        }
+    };
+    if let Err(error) = qpwatch::logging::init(&settings.log_level, settings.log_format) {
+        return fail(&error);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("qpwatch: cannot start the async runtime: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(error) => return fail(&error.into()),
     };
-    match runtime.block_on(qpwatch::daemon::run(args, mode)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    match runtime.block_on(daemon::run(settings, args, mode)) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
-            eprintln!("qpwatch: {error:#}");
-            std::process::ExitCode::FAILURE
+            fail(&error)
         }
     }
 }

@@ -42,12 +42,20 @@ fn origin_label(origin: QpOrigin) -> &'static str {
     }
 }
 
+/// Probe round-trip times: 500 ns to 100 ms (soft-RoCE RTTs are tens of µs,
+/// hardware RTTs a few µs).
+pub const PROBE_RTT_BUCKETS: &[f64] = &[
+    5e-7, 1e-6, 2e-6, 3e-6, 5e-6, 7.5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 2e-4, 5e-4,
+    1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1,
+];
+
 /// Histogram bucket layouts, overridable from the config file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Buckets {
     pub call_latency: Vec<f64>,
     pub dwell: Vec<f64>,
     pub lifetime: Vec<f64>,
+    pub probe_rtt: Vec<f64>,
 }
 
 impl Default for Buckets {
@@ -56,6 +64,7 @@ impl Default for Buckets {
             call_latency: CALL_LATENCY_BUCKETS.to_vec(),
             dwell: DWELL_BUCKETS.to_vec(),
             lifetime: LIFETIME_BUCKETS.to_vec(),
+            probe_rtt: PROBE_RTT_BUCKETS.to_vec(),
         }
     }
 }
@@ -94,6 +103,8 @@ pub struct Metrics {
     cm_handler_duration: HistogramVec,
     cm_call_duration: HistogramVec,
     cm_call_errors: IntCounterVec,
+    bpf_run_seconds: prometheus::CounterVec,
+    bpf_runs: IntCounterVec,
 }
 
 /// The CM events counted in `qpwatch_cm_errors_total`.
@@ -388,6 +399,24 @@ impl Metrics {
                 "rdma_cm calls that returned an error.",
                 &["call", "errno"],
             ),
+            bpf_run_seconds: {
+                let c = prometheus::CounterVec::new(
+                    Opts::new(
+                        "qpwatch_bpf_program_run_seconds_total",
+                        "Time the hook's BPF program ran, from kernel BPF statistics (--bpf-stats).",
+                    ),
+                    &["hook"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
+            bpf_runs: counter(
+                r,
+                "qpwatch_bpf_program_runs_total",
+                "Runs of the hook's BPF program, from kernel BPF statistics (--bpf-stats).",
+                &["hook"],
+            ),
             registry,
         }
     }
@@ -406,6 +435,14 @@ impl Metrics {
             };
             self.probe_attached.with_label_values(&[hook]).set(value);
         }
+    }
+
+    /// Adds BPF run-time statistics of one hook's program.
+    pub fn bpf_run(&self, hook: &str, run_ns: u64, runs: u64) {
+        self.bpf_run_seconds
+            .with_label_values(&[hook])
+            .inc_by(run_ns as f64 / 1e9);
+        self.bpf_runs.with_label_values(&[hook]).inc_by(runs);
     }
 
     pub fn tracepoint_hits(&self, tracepoint: &str, hits: u64) {

@@ -67,6 +67,7 @@ pub const ID_PRIV_STATE: FieldSpec = field("rdma_cm", "rdma_id_private", "state"
 pub const ID_PRIV_QP_NUM: FieldSpec = field("rdma_cm", "rdma_id_private", "qp_num", 4);
 pub const ID_PRIV_RES_ID: FieldSpec = field("rdma_cm", "rdma_id_private", "res.id", 4);
 pub const ID_PRIV_RES_USER: FieldSpec = field("rdma_cm", "rdma_id_private", "res.user", 1);
+pub const ID_PRIV_RES_VALID: FieldSpec = field("rdma_cm", "rdma_id_private", "res.valid", 1);
 pub const ID_PRIV_DEVICE: FieldSpec = field("rdma_cm", "rdma_id_private", "id.device", 8);
 pub const ID_PRIV_QP: FieldSpec = field("rdma_cm", "rdma_id_private", "id.qp", 8);
 pub const ID_PRIV_QP_TYPE: FieldSpec = field("rdma_cm", "rdma_id_private", "id.qp_type", 4);
@@ -227,6 +228,7 @@ impl KernelBtf {
             id_priv_qp_num: self.offset(ID_PRIV_QP_NUM)?,
             id_priv_res_id: self.offset(ID_PRIV_RES_ID)?,
             id_priv_res_user: self.offset(ID_PRIV_RES_USER)?,
+            id_priv_res_valid: self.offset(ID_PRIV_RES_VALID)?,
             id_priv_device: self.offset(ID_PRIV_DEVICE)?,
             id_priv_qp: self.offset(ID_PRIV_QP)?,
             id_priv_qp_type: self.offset(ID_PRIV_QP_TYPE)?,

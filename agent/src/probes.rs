@@ -315,6 +315,8 @@ pub struct Instance {
     attached: HashSet<String>,
     /// Owned links: each detaches when dropped (see [`Instance::detach`]).
     links: Vec<Box<dyn Send>>,
+    /// Kernel program id → hook label, for BPF run-time statistics.
+    pub program_ids: Vec<(u32, String)>,
 }
 
 impl Instance {
@@ -336,6 +338,7 @@ impl Instance {
             loaded: HashSet::new(),
             attached: HashSet::new(),
             links: Vec::new(),
+            program_ids: Vec::new(),
         })
     }
 
@@ -364,6 +367,14 @@ impl Instance {
             text
         })?;
         debug!(hook = %label, program = hook.program, "attached");
+        if let Some(id) = self
+            .ebpf
+            .program(&hook.program)
+            .and_then(|p| p.info().ok())
+            .map(|info| info.id())
+        {
+            self.program_ids.push((id, label.clone()));
+        }
         self.attached.insert(label);
         Ok(())
     }

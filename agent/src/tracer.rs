@@ -46,6 +46,8 @@ pub struct TracerConfig {
     pub strict: bool,
     /// Adopt QPs and CM ids that exist already (RDMA netlink).
     pub reconcile: bool,
+    /// Export the programs' run time (kernel BPF statistics).
+    pub bpf_stats: bool,
 }
 
 struct Running {
@@ -58,6 +60,10 @@ struct Running {
 #[derive(Default)]
 pub struct CounterSet {
     instances: HashMap<InstanceKind, KernelCounters>,
+    /// Program id → hook label; empty unless BPF statistics are on.
+    programs: HashMap<u32, String>,
+    /// Program id → (run time ns, runs) at the last read.
+    programs_seen: HashMap<u32, (u64, u64)>,
 }
 
 impl CounterSet {
@@ -71,6 +77,22 @@ impl CounterSet {
             for (name, hits) in counters.ib_cm_delta() {
                 metrics.tracepoint_hits(&format!("ib_cma:{name}"), hits);
             }
+        }
+        if self.programs.is_empty() {
+            return;
+        }
+        for info in aya::programs::loaded_programs().filter_map(Result::ok) {
+            let Some(hook) = self.programs.get(&info.id()) else {
+                continue;
+            };
+            let (run_ns, runs) = (info.run_time().as_nanos() as u64, info.run_count());
+            let seen = self.programs_seen.entry(info.id()).or_default();
+            metrics.bpf_run(
+                hook,
+                run_ns.saturating_sub(seen.0),
+                runs.saturating_sub(seen.1),
+            );
+            *seen = (run_ns.max(seen.0), runs.max(seen.1));
         }
     }
 }
@@ -308,11 +330,13 @@ impl Tracer {
             Err(error) => debug!(%error, "no eBPF log forwarding"),
         }
         let drain = tokio::spawn(drain_ring(ring, Arc::clone(&self.pipeline), stop_rx));
-        self.counters
-            .lock()
-            .expect("not poisoned")
-            .instances
-            .insert(kind, counters);
+        {
+            let mut set = self.counters.lock().expect("not poisoned");
+            set.instances.insert(kind, counters);
+            if self.config.bpf_stats {
+                set.programs.extend(instance.program_ids.iter().cloned());
+            }
+        }
         self.running.insert(
             kind,
             Running {
@@ -391,13 +415,13 @@ impl Tracer {
     /// Stops an instance's drain task (it drains what is left first) and
     /// takes the instance out, its counters read one last time.
     async fn take(&mut self, kind: InstanceKind) -> Option<Instance> {
-        if let Some(counters) = self
+        let removed = self
             .counters
             .lock()
             .expect("not poisoned")
             .instances
-            .remove(&kind)
-        {
+            .remove(&kind);
+        if let Some(counters) = removed {
             // what was lost since the last scrape is still counted
             let mut last = CounterSet::default();
             last.instances.insert(kind, counters);

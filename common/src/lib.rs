@@ -254,6 +254,9 @@ pub const CM_FLAG_HAS_QP: u32 = 2;
 pub const CM_FLAG_STATE: u32 = 4;
 /// `state_after` (at return) was read.
 pub const CM_FLAG_STATE_AFTER: u32 = 8;
+/// The id is attached to a device (`res.valid`): `cm_id` is meaningful. Ids
+/// are numbered from 0, so 0 is a valid id.
+pub const CM_FLAG_ATTACHED: u32 = 16;
 
 /// One RDMA CM observation: a completed call (kprobe pair) or a tracepoint hit.
 #[repr(C)]
@@ -270,8 +273,8 @@ pub struct CmEvent {
     /// Kernel address of the `rdma_id_private`, 0 for tracepoints. Identifies an
     /// id before it is attached to a device (and has no `res.id` yet).
     pub id_ptr: u64,
-    /// `rdma_id_private.res.id`: the id `rdma res show cm_id` prints; 0 until
-    /// the id is attached to a device.
+    /// `rdma_id_private.res.id`: the id `rdma res show cm_id` prints, valid
+    /// when [`CM_FLAG_ATTACHED`] is set.
     pub cm_id: u32,
     pub qp_num: u32,
     /// `enum rdma_cm_event_type` (handlers) or `enum ib_cm_event_type` (IB handlers).
@@ -386,6 +389,8 @@ pub struct CmOffsets {
     pub id_priv_res_id: u32,
     /// `rdma_id_private.res.user` (bool).
     pub id_priv_res_user: u32,
+    /// `rdma_id_private.res.valid` (bool): set by rdma_restrack_add().
+    pub id_priv_res_valid: u32,
     /// `rdma_id_private.id.device`, `.id.qp`, `.id.qp_type`.
     pub id_priv_device: u32,
     pub id_priv_qp: u32,

@@ -13,8 +13,8 @@ use aya_ebpf::{
     Global,
 };
 use qpwatch_common::{
-    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_HAS_QP,
-    CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS,
+    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_ATTACHED,
+    CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS,
 };
 
 use crate::{begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8};
@@ -26,6 +26,7 @@ static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
     id_priv_qp_num: 0,
     id_priv_res_id: 0,
     id_priv_res_user: 0,
+    id_priv_res_valid: 0,
     id_priv_device: 0,
     id_priv_qp: 0,
     id_priv_qp_type: 0,
@@ -78,6 +79,9 @@ fn describe_id(event: &mut CmEvent, id_priv: u64, k: &KernelOffsets, c: &CmOffse
     event.qp_type = read_u32(id_priv, c.id_priv_qp_type);
     if read_u8(id_priv, c.id_priv_res_user) != 0 {
         event.flags |= CM_FLAG_USER;
+    }
+    if read_u8(id_priv, c.id_priv_res_valid) != 0 {
+        event.flags |= CM_FLAG_ATTACHED;
     }
     if read_ptr(id_priv, c.id_priv_qp) != 0 {
         event.flags |= CM_FLAG_HAS_QP;
