@@ -10,9 +10,10 @@ res_count() {
   rdma -j res show "$1" | jq "[.[] | select(${2:-true})] | length"
 }
 
-# res_counts [JQ_SELECT]: "qp=N mr=N cm_id=N"
+# res_counts [JQ_SELECT]: "qp=N mr=N cm_id=N" (one jq run for all three).
 res_counts() {
-  echo "qp=$(res_count qp "${1:-true}") mr=$(res_count mr "${1:-true}") cm_id=$(res_count cm_id "${1:-true}")"
+  { rdma -j res show qp; rdma -j res show mr; rdma -j res show cm_id; } |
+    jq -rs "map([.[] | select(${1:-true})] | length) | \"qp=\(.[0]) mr=\(.[1]) cm_id=\(.[2])\""
 }
 
 # res_counts_plus_listener COUNTS: COUNTS with one more cm_id (a listener).
@@ -81,6 +82,24 @@ wait_res_baseline() {
   done
   rdma res show qp >&2; rdma res show cm_id >&2
   fail "$what: expected $expected, got $actual"
+}
+
+# probe_lingering NAME [rdma-probe probe flags...]: runs a probe that stays
+# alive after printing its JSON ($OUT/NAME.json), asserts that the live
+# process holds no QP, MR or cm_id any more, then stops it with SIGTERM and
+# leaves its exit status in $PROBE_RC.
+probe_lingering() {
+  local name=$1
+  shift
+  local json=$OUT/$name.json
+  "$PROBE" probe --json --linger-ms 120000 "$@" >"$json" 2>"$OUT/$name.log" &
+  local pid=$!
+  wait_until 120 bash -c "[ -s '$json' ] || ! kill -0 $pid 2>/dev/null" || fail "$name: no output"
+  kill -0 "$pid" 2>/dev/null || fail "$name: exited before lingering: $(cat "$OUT/$name.log")"
+  assert_eq "$name: RDMA resources of the live probe process" "qp=0 mr=0 cm_id=0" "$(res_counts ".pid == $pid")"
+  kill -TERM "$pid"
+  PROBE_RC=0
+  wait "$pid" || PROBE_RC=$?
 }
 
 probe_cleanup() {

@@ -78,8 +78,8 @@ struct ProbeArgs {
     /// Print the summary as JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Stay alive this long after the summary (all probe resources already
-    /// freed), so a test can inspect the process's RDMA resources.
+    /// Stay alive this long after the summary, or until SIGINT/SIGTERM (all
+    /// probe resources already freed), so a test can inspect the process.
     #[arg(long, default_value_t = 0)]
     linger_ms: u64,
 }
@@ -190,7 +190,8 @@ fn run_probe(args: ProbeArgs) -> Result<ExitCode> {
     stdout.flush()?;
     drop(stdout);
     if args.linger_ms > 0 {
-        std::thread::sleep(Duration::from_millis(args.linger_ms));
+        let signals = TermSignals::block().context("blocking SIGINT/SIGTERM")?;
+        signals.wait(Duration::from_millis(args.linger_ms));
     }
     Ok(if summary.all_ok() {
         ExitCode::SUCCESS
