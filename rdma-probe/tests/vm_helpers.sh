@@ -68,7 +68,7 @@ expect_json() {
   local actual
   mapfile -t actual < <(jq -r "${prog%,}" "$file") || fail "jq failed on $file"
   for ((i = 0; i < ${#labels[@]}; i++)); do
-    assert_eq "${labels[i]}" "${expected[i]}" "${actual[i]:-<none>}"
+    assert_eq "${labels[i]}" "${expected[i]}" "${actual[i]-<none>}"
   done
 }
 
