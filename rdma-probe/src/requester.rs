@@ -227,7 +227,6 @@ struct Connection {
     /// The CQ is armed and its event not yet taken (ibv_req_notify_cq).
     cq_armed: Cell<bool>,
     next_seq: u64,
-    established: bool,
     device: Option<String>,
     port_num: u8,
     source: Option<SocketAddr>,
@@ -257,7 +256,6 @@ impl Connection {
             inline: false,
             cq_armed: Cell::new(false),
             next_seq: 0,
-            established: false,
             device: None,
             port_num: 0,
             source: None,
@@ -372,7 +370,6 @@ impl Connection {
         at(step, self.modify_qp(QpState::Rtr, out))?;
         at(step, self.modify_qp(QpState::Rts, out))?;
         at(step, self.id.establish())?;
-        self.established = true;
         out.steps.insert(step, elapsed(t, monotonic_ns()));
         inject(config, step)
     }
@@ -599,7 +596,6 @@ impl Connection {
         // (ucma_modify_qp_err); this one is ours.
         at(step, self.modify_qp(QpState::Err, out))?;
         at(step, self.id.disconnect())?;
-        self.established = false;
         at(
             step,
             self.await_event(step, CmEventKind::Disconnected, config.step_timeout),

@@ -53,11 +53,38 @@ kill -KILL $frozen
 wait $frozen 2>/dev/null || true
 wait_res_baseline "after the vanished requesters" "$listening"
 
+# Persistent mode survives a responder restart: round 1 connects, the
+# responder is stopped (SIGTERM: it disconnects its connections) and started
+# again, round 2 finds the peer gone (DREQ), round 3 connects anew, round 4
+# reuses that connection.
+"$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --probes 4 --count 5 --probe-interval-ms 8000 \
+  --timeout-ms 5000 --json >"$OUT/restart.json" &
+restarting=$!
+wait_until 30 rts_of $restarting || fail "restart: probe not connected"
 stop_responder
-expect_json "$OUT/responder.json" <<EOF2
-connections established :: $((P * K + 2 + 2)) :: .established
+mv "$OUT/responder.json" "$OUT/responder-1.json"
+start_responder
+wait "$restarting" && fail "restart: probe reported no failure" || true
+expect_json "$OUT/restart.json" <<EOF2
+restart: results by round :: ok,error,ok,ok :: [.outcomes[].result] | join(",")
+restart: reused connection by round :: false,true,false,true :: [.outcomes[].reused_connection | tostring] | join(",")
+restart: round 2 error :: ping: the peer disconnected (RDMA_CM_EVENT_DISCONNECTED) :: .outcomes[1].error
+restart: QPs used :: 2 :: [.outcomes[].qp_num] | unique | length
+restart: pings :: 15 :: .rtt.count
+EOF2
+wait_res_baseline "after the restart probe" "$listening"
+
+stop_responder
+expect_json "$OUT/responder-1.json" <<EOF2
+connections established :: $((P * K + 2 + 2 + 1)) :: .established
+connections closed :: $((P * K + 2 + 2 + 1)) :: .closed
 closed by peer :: $((P * K + 1 + 2)) :: .closed_by_peer
 closed on idle timeout :: 1 :: .closed_timeout
 active :: 0 :: .active
+EOF2
+expect_json "$OUT/responder.json" <<EOF2
+restarted responder: established :: 1 :: .established
+restarted responder: echoes :: 10 :: .echoes
+restarted responder: active :: 0 :: .active
 EOF2
 wait_res_baseline "after responder stop" "$base"
