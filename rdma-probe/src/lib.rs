@@ -32,3 +32,21 @@ pub use stats::{nearest_rank, LatencySummary};
 pub use summary::ProbeSummary;
 pub use target::{parse_endpoint, parse_target, DEFAULT_PORT};
 pub use time::{monotonic_ns, Deadline};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    /// The agent keeps these across threads / async tasks.
+    #[test]
+    fn handles_are_send() {
+        assert_send::<PersistentProbe>();
+        assert_send::<Responder>();
+        assert_send::<ResponderHandle>();
+        assert_send::<ResponderStopper>();
+        assert_send::<ProbeOutcome>();
+        assert_send::<Error>();
+    }
+}

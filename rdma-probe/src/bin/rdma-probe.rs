@@ -1,6 +1,6 @@
 //! `rdma-probe probe|responder`: the library's requester and responder on the
 //! command line. Exit status of `probe`: 0 when every probe is ok, 3 when some
-//! failed (the summary says which and why), 1 on a usage or setup error.
+//! failed (the summary says which and why), 2 on bad usage, 1 on other errors.
 
 use std::io::Write;
 use std::net::IpAddr;
