@@ -609,27 +609,26 @@ pub(crate) struct MemoryRegion {
 
 impl MemoryRegion {
     pub fn register(pd: &Arc<ProtectionDomain>, len: usize) -> Result<MemoryRegion, Error> {
-        let buf = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        let buf = NonNull::from(Box::leak(vec![0u8; len].into_boxed_slice())).cast::<u8>();
         // SAFETY: `buf` points to `len` bytes that stay allocated until the MR
-        // is deregistered (Drop), or are freed right here if registration fails.
+        // is deregistered (Drop), or are freed below if registration fails.
         let mr = unsafe {
-            let mr = ibv_reg_mr(
+            ibv_reg_mr(
                 pd.raw.as_ptr(),
-                buf.cast(),
+                buf.as_ptr().cast(),
                 len,
                 ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
-            );
-            if mr.is_null() {
-                let err = Error::verbs("ibv_reg_mr");
-                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(buf, len)));
-                return Err(err);
-            }
-            mr
+            )
+        };
+        let Some(mr) = NonNull::new(mr) else {
+            let err = Error::verbs("ibv_reg_mr");
+            // SAFETY: `buf` came from the leaked Box above and is not registered.
+            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(buf.as_ptr(), len)) });
+            return Err(err);
         };
         Ok(MemoryRegion {
-            // SAFETY: checked non-null above; Box pointers are never null.
-            mr: unsafe { NonNull::new_unchecked(mr) },
-            buf: unsafe { NonNull::new_unchecked(buf) },
+            mr,
+            buf,
             len,
             _pd: pd.clone(),
         })
