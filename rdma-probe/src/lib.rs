@@ -1,2 +1,52 @@
 //! qpwatch's synthetic RDMA probes: a real data path over rdma_cm whose QPs are
-//! ground truth for the eBPF tracing. Filled in by the rdma-probe issue.
+//! ground truth for the eBPF tracing.
+//!
+//! - [`probe_once`]: resolve → route → QP → connect → N ping-pongs →
+//!   disconnect → destroy, each step timed and bounded by a timeout.
+//! - [`PersistentProbe`]: one connection kept up, rounds of ping-pongs.
+//! - [`Responder`]: accepts connections and echoes every message.
+//! - [`ProbeSummary`] / [`LatencySummary`]: statistics over outcomes.
+
+mod error;
+mod outcome;
+mod requester;
+mod responder;
+mod ser;
+mod stats;
+mod summary;
+mod target;
+mod time;
+mod verbs;
+
+pub use error::{Errno, Error};
+pub use outcome::{
+    CmEventKind, ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind, QpState, Step,
+};
+pub use requester::{
+    probe_once, PersistentProbe, PollMode, ProbeConfig, MAX_MESSAGE_SIZE, MESSAGE_HEADER,
+};
+pub use responder::{
+    Responder, ResponderConfig, ResponderHandle, ResponderStats, ResponderStopper,
+};
+pub use stats::{nearest_rank, LatencySummary};
+pub use summary::ProbeSummary;
+pub use target::{parse_endpoint, parse_target, DEFAULT_PORT};
+pub use time::{monotonic_ns, Deadline};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    /// The agent keeps these across threads / async tasks.
+    #[test]
+    fn handles_are_send() {
+        assert_send::<PersistentProbe>();
+        assert_send::<Responder>();
+        assert_send::<ResponderHandle>();
+        assert_send::<ResponderStopper>();
+        assert_send::<ProbeOutcome>();
+        assert_send::<Error>();
+    }
+}
