@@ -20,7 +20,7 @@ use crate::{correlator::Limits, metrics::Buckets, offsets::DEFAULT_BTF_DIR, prob
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
-pub const DEFAULT_PROBE_PORT: u16 = 7471;
+pub const DEFAULT_PROBE_PORT: u16 = rdma_probe::DEFAULT_PORT;
 const PAGE_SIZE: u32 = 4096;
 const MAX_RING_BUFFER_BYTES: u32 = 1 << 30;
 
@@ -48,8 +48,53 @@ pub enum Command {
         /// The file to check.
         path: PathBuf,
     },
+    /// Run RDMA probes against a target and print an ib_send_lat-like summary
+    /// (exit 0: all ok, 3: some failed).
+    Probe(ProbeArgs),
+    /// Run only the probe responder, until SIGTERM/SIGINT.
+    Responder(ResponderArgs),
     /// Install the binary, the systemd unit and an example config.
     Install(InstallArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    /// Responder address, ADDR[:PORT] (port defaults to 9436).
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_target_address)]
+    pub target: SocketAddr,
+    /// Probes to run (persistent: rounds on one connection).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub count: u32,
+    /// Ping-pongs per probe.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub pings: u32,
+    /// Keep one connection up and only ping-pong (steady-state RTT).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Timeout of every step, in seconds.
+    #[arg(
+        long,
+        default_value_t = 2.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub timeout: f64,
+    /// Message size in bytes (16..=4096).
+    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    pub size: usize,
+    /// Busy-poll completions instead of sleeping on the completion channel.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResponderArgs {
+    /// Address to listen on, ADDR[:PORT] (port defaults to 9436).
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_target_address)]
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -79,7 +124,7 @@ fn parse_group(s: &str) -> Result<Group, String> {
     Group::from_name(s).ok_or_else(|| format!("unknown probe group {s:?} (qp, cm, kernel-ulp)"))
 }
 
-/// `ADDR` or `ADDR:PORT`, IPv4 or `[IPv6]:PORT`; the port defaults to 7471.
+/// `ADDR` or `ADDR:PORT`, IPv4 or `[IPv6]:PORT`; the port defaults to 9436.
 pub fn parse_target_address(s: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Ok(addr);
@@ -844,7 +889,7 @@ probe_rtt = [1e-6, 1e-3, 1.0]
 listen = "198.18.0.1"
 [[targets]]
 name = "self"
-address = "198.18.0.1:7471"
+address = "198.18.0.1:9436"
 interval_seconds = 5
 mode = "persistent"
 "#,
@@ -854,7 +899,7 @@ mode = "persistent"
         assert_eq!(s.ring_buffer_bytes, 65536);
         assert_eq!(s.limits.max_process_labels, 5);
         assert_eq!(s.buckets.probe_rtt, vec![1e-6, 1e-3, 1.0]);
-        assert_eq!(s.responder_listen, Some("198.18.0.1:7471".parse().unwrap()));
+        assert_eq!(s.responder_listen, Some("198.18.0.1:9436".parse().unwrap()));
         assert_eq!(s.targets[0].interval, Duration::from_secs(5));
         assert_eq!(s.targets[0].mode, ProbeModeSetting::Persistent);
         assert_eq!(s.log_format, LogFormat::Json);
@@ -925,7 +970,7 @@ mode = "persistent"
     fn target_addresses_default_the_port() {
         assert_eq!(
             parse_target_address("198.18.0.1").unwrap(),
-            "198.18.0.1:7471".parse().unwrap()
+            "198.18.0.1:9436".parse().unwrap()
         );
         assert_eq!(
             parse_target_address("[fe80::1]:9").unwrap(),

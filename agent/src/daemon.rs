@@ -3,7 +3,10 @@
 
 use std::{
     os::fd::OwnedFd,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
 };
 
 use anyhow::Context;
@@ -23,6 +26,7 @@ use crate::{
     metrics::Metrics,
     offsets::kernel_release,
     pipeline::{EventSink, Pipeline},
+    probing::{ProbeSink, Prober},
     systemd::Notifier,
     tracer::{Tracer, TracerConfig},
 };
@@ -79,12 +83,19 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,
     };
-    let pipeline = Arc::new(Mutex::new(Pipeline {
-        correlator: Correlator::new(settings.limits),
-        cm: CmCorrelator::new(CmNames::linux_6_1()),
+    let mut pipeline = Pipeline::new(
+        Correlator::new(settings.limits),
+        CmCorrelator::new(CmNames::linux_6_1()),
+        metrics.clone(),
+    );
+    pipeline.sink = sink;
+    let pipeline = Arc::new(Mutex::new(pipeline));
+    let qp_tracing = Arc::new(AtomicBool::new(false));
+    let prober = Arc::new(Mutex::new(Prober::new(ProbeSink {
         metrics: metrics.clone(),
-        sink,
-    }));
+        pipeline: Arc::clone(&pipeline),
+        qp_tracing: Arc::clone(&qp_tracing),
+    })));
     let mut tracer = Tracer::new(
         TracerConfig {
             btf_dir: settings.btf_dir.clone(),
@@ -102,13 +113,15 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let state = if mode == Mode::Serve {
         let counters = tracer.counters();
         let scrape_metrics = metrics.clone();
+        let scrape_prober = Arc::clone(&prober);
         let state = HttpState::new(
             metrics.clone(),
             Box::new(move || {
                 counters
                     .lock()
                     .expect("not poisoned")
-                    .refresh(&scrape_metrics)
+                    .refresh(&scrape_metrics);
+                scrape_prober.lock().expect("not poisoned").refresh();
             }),
         );
         let listener = TcpListener::bind(settings.listen)
@@ -134,6 +147,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let mut poll = tokio::time::interval(settings.module_poll_interval);
     let mut watchdog = notifier.watchdog_interval().map(tokio::time::interval);
     let mut ready_sent = false;
+    let mut probes_started = mode == Mode::Events;
     let mut settings = settings;
     let result: anyhow::Result<()> = loop {
         tokio::select! {
@@ -144,6 +158,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                 match config::load(&args) {
                     Ok(new) => {
                         reload(&settings, &new);
+                        apply_probes(&prober, &new).await;
                         settings = new;
                     }
                     // A bad file on reload keeps the running settings.
@@ -153,6 +168,12 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
             }
             _ = poll.tick() => {
                 let polled = tracer.poll().await;
+                qp_tracing.store(tracer.qp_hooks_attached(), Ordering::Release);
+                if !probes_started {
+                    // after the first attach, so that the probes' QPs are seen
+                    apply_probes(&prober, &settings).await;
+                    probes_started = true;
+                }
                 let ready = tracer.ready();
                 if let Some(state) = &state {
                     state.set_ready(ready);
@@ -176,12 +197,35 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
         state.set_ready(false);
     }
     let _ = stop_tx.send(true);
+    let stop_probes = {
+        let prober = Arc::clone(&prober);
+        tokio::task::spawn_blocking(move || prober.lock().expect("not poisoned").shutdown())
+    };
     if let Some(server) = server {
         server.await.context("HTTP server task")??;
     }
+    stop_probes.await.context("stopping the probes")?;
     tracer.shutdown().await;
     info!("bye");
     result
+}
+
+/// Starts, stops and restarts the responder and probe threads to match
+/// `settings` (blocking joins, off the event loop).
+async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
+    let prober = Arc::clone(prober);
+    let responder = settings.responder_listen;
+    let targets = settings.targets.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        prober
+            .lock()
+            .expect("not poisoned")
+            .apply(responder, &targets)
+    })
+    .await;
+    if let Err(error) = applied {
+        warn!(%error, "applying probe settings");
+    }
 }
 
 /// What a SIGHUP changes at run time: the probe targets and the responder.

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod pipeline;
 pub mod probes;
+pub mod probing;
 pub mod rdma;
 pub mod systemd;
 pub mod tracer;

@@ -16,6 +16,21 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => serve(args, Mode::Serve),
         Some(Command::Events(args)) => serve(args, Mode::Events),
         Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::Probe(args)) => {
+            let _ = qpwatch::logging::init("warn", config::LogFormat::Text);
+            match qpwatch::probing::cli_probe(args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(3),
+                Err(error) => fail(&error),
+            }
+        }
+        Some(Command::Responder(args)) => {
+            let _ = qpwatch::logging::init("info", config::LogFormat::Text);
+            match qpwatch::probing::cli_responder(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => fail(&error),
+            }
+        }
         Some(Command::Install(args)) => match qpwatch::install::install(&args.root) {
             Ok(done) => {
                 done.iter().for_each(|line| println!("{line}"));

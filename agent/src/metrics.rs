@@ -105,7 +105,22 @@ pub struct Metrics {
     cm_call_errors: IntCounterVec,
     bpf_run_seconds: prometheus::CounterVec,
     bpf_runs: IntCounterVec,
+    probe_rtt: HistogramVec,
+    probe_setup: HistogramVec,
+    probe_total: IntCounterVec,
+    probe_up: IntGaugeVec,
+    probe_skew: HistogramVec,
+    probe_unseen: IntCounterVec,
+    responder_connections: IntCounterVec,
+    responder_echoes: IntCounter,
+    responder_active: IntGauge,
 }
+
+/// Userspace minus kernel duration of a probe QP's verb call: the syscall and
+/// library overhead around the kernel function, normally a few µs.
+pub const PROBE_SKEW_BUCKETS: &[f64] = &[
+    -1e-4, -1e-5, 0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 1e-2,
+];
 
 /// The CM events counted in `qpwatch_cm_errors_total`.
 pub const CM_ERROR_EVENTS: [&str; 5] = [
@@ -417,6 +432,69 @@ impl Metrics {
                 "Runs of the hook's BPF program, from kernel BPF statistics (--bpf-stats).",
                 &["hook"],
             ),
+            probe_rtt: histogram(
+                r,
+                "qpwatch_probe_rtt_seconds",
+                "Round-trip time of a synthetic probe's SEND/RECV ping-pong.",
+                &["target"],
+                &buckets.probe_rtt,
+            ),
+            probe_setup: histogram(
+                r,
+                "qpwatch_probe_setup_duration_seconds",
+                "Latency of each connection step of a synthetic probe.",
+                &["target", "step"],
+                &buckets.call_latency,
+            ),
+            probe_total: counter(
+                r,
+                "qpwatch_probe_total",
+                "Synthetic probes by result (ok, timeout, rejected, unreachable, addr_error, route_error, connect_error, error).",
+                &["target", "result"],
+            ),
+            probe_up: gauge(
+                r,
+                "qpwatch_probe_up",
+                "1 if the target's last probe succeeded, 0 if not.",
+                &["target"],
+            ),
+            probe_skew: histogram(
+                r,
+                "qpwatch_probe_kernel_userspace_skew_seconds",
+                "Probe QP verb calls: userspace-measured minus kernel-measured (eBPF) duration.",
+                &["call"],
+                PROBE_SKEW_BUCKETS,
+            ),
+            probe_unseen: counter(
+                r,
+                "qpwatch_probe_qps_unseen_total",
+                "Probe QPs with a verb call the eBPF path did not see (the tracing self-test).",
+                &["target"],
+            ),
+            responder_connections: counter(
+                r,
+                "qpwatch_responder_connections_total",
+                "Probe responder connections: requested, rejected, established, closed.",
+                &["event"],
+            ),
+            responder_echoes: {
+                let c = IntCounter::new(
+                    "qpwatch_responder_echoes_total",
+                    "Probe messages the responder echoed.",
+                )
+                .expect("valid metric");
+                r.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
+            responder_active: {
+                let g = IntGauge::new(
+                    "qpwatch_responder_active_connections",
+                    "Probe responder connections open now.",
+                )
+                .expect("valid metric");
+                r.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             registry,
         }
     }
@@ -443,6 +521,68 @@ impl Metrics {
             .with_label_values(&[hook])
             .inc_by(run_ns as f64 / 1e9);
         self.bpf_runs.with_label_values(&[hook]).inc_by(runs);
+    }
+
+    /// Counts a probe and its latencies.
+    pub fn probe_outcome(&self, target: &str, outcome: &rdma_probe::ProbeOutcome) {
+        if self.probe_total.with_label_values(&[target, "ok"]).get() == 0 {
+            for result in rdma_probe::ProbeResult::ALL {
+                self.probe_total
+                    .with_label_values(&[target, result.as_str()]);
+            }
+            self.probe_unseen.with_label_values(&[target]);
+        }
+        self.probe_total
+            .with_label_values(&[target, outcome.result.as_str()])
+            .inc();
+        self.probe_up
+            .with_label_values(&[target])
+            .set(i64::from(outcome.is_ok()));
+        let rtt = self.probe_rtt.with_label_values(&[target]);
+        for sample in &outcome.rtts {
+            rtt.observe(sample.as_secs_f64());
+        }
+        for (step, duration) in &outcome.steps {
+            if *step != rdma_probe::Step::Ping {
+                self.probe_setup
+                    .with_label_values(&[target, step.as_str()])
+                    .observe(duration.as_secs_f64());
+            }
+        }
+    }
+
+    pub fn probe_skew(&self, call: &str, seconds: f64) {
+        self.probe_skew.with_label_values(&[call]).observe(seconds);
+    }
+
+    pub fn probe_qp_unseen(&self, target: &str) {
+        self.probe_unseen.with_label_values(&[target]).inc();
+    }
+
+    /// A target that was removed: its up gauge goes away.
+    pub fn forget_probe_target(&self, target: &str) {
+        let _ = self.probe_up.remove_label_values(&[target]);
+    }
+
+    /// Adds the responder's counters since `before`.
+    pub fn responder_stats(
+        &self,
+        before: &rdma_probe::ResponderStats,
+        now: &rdma_probe::ResponderStats,
+    ) {
+        for (event, b, n) in [
+            ("requested", before.connect_requests, now.connect_requests),
+            ("rejected", before.rejected, now.rejected),
+            ("established", before.established, now.established),
+            ("closed", before.closed, now.closed),
+        ] {
+            self.responder_connections
+                .with_label_values(&[event])
+                .inc_by(n.saturating_sub(b));
+        }
+        self.responder_echoes
+            .inc_by(now.echoes.saturating_sub(before.echoes));
+        self.responder_active.set(now.active as i64);
     }
 
     pub fn tracepoint_hits(&self, tracepoint: &str, hits: u64) {

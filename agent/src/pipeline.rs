@@ -9,10 +9,24 @@ use crate::{
     correlator::Correlator,
     events::{decode, CmCall, QpCall, Record},
     metrics::Metrics,
+    probing::OwnCalls,
     rdma::QpState,
 };
 
 /// Receives each decoded event with the correlators' view of it.
+impl Pipeline {
+    pub fn new(correlator: Correlator, cm: CmCorrelator, metrics: Metrics) -> Self {
+        Self {
+            correlator,
+            cm,
+            metrics,
+            sink: None,
+            own_calls: OwnCalls::default(),
+            own_pid: std::process::id(),
+        }
+    }
+}
+
 pub trait EventSink: Send {
     /// `from` is the QP's state before the call; `cm_id` the CM id it is joined to.
     fn qp(&mut self, call: &QpCall, from: Option<QpState>, cm_id: Option<u32>);
@@ -24,6 +38,9 @@ pub struct Pipeline {
     pub cm: CmCorrelator,
     pub metrics: Metrics,
     pub sink: Option<Box<dyn EventSink>>,
+    /// This process's own QP calls (synthetic probes), for their cross-check.
+    pub own_calls: OwnCalls,
+    pub own_pid: u32,
 }
 
 impl Pipeline {
@@ -48,6 +65,9 @@ impl Pipeline {
                             sink.qp(&call, from, self.cm.cm_id_for_qp(call.qp_num));
                         }
                         self.correlator.handle(&call, &mut self.metrics);
+                        if call.pid == self.own_pid {
+                            self.own_calls.record(&call);
+                        }
                     }
                     Record::Cm(call) => {
                         self.cm.handle(&call, &mut self.metrics);

@@ -176,6 +176,13 @@ impl Tracer {
         }
     }
 
+    /// The ib_core hooks are attached (the probes' QPs can be cross-checked).
+    pub fn qp_hooks_attached(&self) -> bool {
+        self.running
+            .get(&InstanceKind::IbCore)
+            .is_some_and(|r| r.instance.attached_count() > 0)
+    }
+
     fn wanted(&self, kind: InstanceKind) -> bool {
         self.hooks
             .iter()

@@ -178,6 +178,16 @@ impl PersistentProbe {
         out
     }
 
+    /// Disconnects and destroys the connection, if there is one, and returns
+    /// an outcome of its own with the `disconnect` step and the QP's last calls.
+    pub fn shut(&mut self) -> Option<ProbeOutcome> {
+        self.conn.as_ref()?;
+        let mut out = ProbeOutcome::new(self.config.target, ProbeMode::Persistent, monotonic_ns());
+        out.reused_connection = true;
+        self.close(&mut out);
+        Some(out)
+    }
+
     /// Disconnects and destroys the connection, recording the `disconnect`
     /// step and the QP's last calls into `out` (e.g. the last round's).
     pub fn close(&mut self, out: &mut ProbeOutcome) {

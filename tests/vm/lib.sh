@@ -83,6 +83,20 @@ wait_for_metric() {
   return 1
 }
 
+# wait_for_metric_at_least SELECTOR MIN [TIMEOUT_S]: polls until the sum is >= MIN.
+wait_for_metric_at_least() {
+  local sel=$1 min=$2 deadline=$((SECONDS + ${3:-30})) value=
+  while :; do
+    LAST=$(scrape "wait")
+    value=$(metric "$LAST" "$sel")
+    [ "${value%.*}" -ge "$min" ] && return 0
+    [ $SECONDS -lt $deadline ] || break
+    sleep 0.2
+  done
+  log "timeout: $sel = $value, expected at least $min"
+  return 1
+}
+
 # rdma_qps JQ_FILTER: number of QPs in `rdma -j res show qp` matching a jq select.
 rdma_qps() {
   rdma -j res show qp | jq "[.[] | select($1)] | length"

@@ -1,5 +1,5 @@
 # Benchmark (prints figures, asserts only that everything ran): perftest's
-# ib_send_lat over rdma_cm (-R) against rdma-probe's persistent mode, same
+# ib_send_lat over rdma_cm (-R) against `qpwatch probe --persistent` (the agent's probe path, rdma-probe's library), same
 # message size, server and client on rxe0, back to back in one VM.
 #
 # ib_send_lat reports one-way latency: the time between two consecutive
@@ -47,8 +47,9 @@ send_lat_median_rtt() { # prints 2 x t_typical
 # probe_median_rtt NAME RESPONDER_FLAG PROBE_FLAG: prints the p50 RTT in us.
 probe_median_rtt() {
   start_responder $2
-  "$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --count "$ITERS" --size "$SIZE" \
-    --timeout-ms 10000 $3 --json >"$OUT/$1.json" || fail "$1: probe failed"
+  # the requester is the agent's own CLI (same library as rdma-probe)
+  "$BIN/qpwatch" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --count 1 --pings "$ITERS" --size "$SIZE" \
+    --timeout 10 $3 --json >"$OUT/$1.json" || fail "$1: probe failed"
   stop_responder
   mv "$OUT/responder.json" "$OUT/$1-responder.json"
   local n

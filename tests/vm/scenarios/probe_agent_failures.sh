@@ -1,0 +1,51 @@
+# The agent's probes against targets that fail, each with its own result
+# label; the agent keeps running, and nothing is left once the targets are
+# removed. rxe answers (see rdma-probe/README.md):
+#   closed    - no listener on the port: the target's CM rejects (rejected)
+#   unroutable- no route to the address: rdma_resolve_addr fails (addr_error)
+#   silent    - on-link address with nobody there: the connect step times out
+#   frozen    - persistent connection whose responder is stopped: ping timeout
+cfg=$OUT/qpwatch.toml
+target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = 3\njitter = 0\npings = 3\ntimeout_seconds = 1\n%s\n' "$@"; }
+{
+  echo "listen = \"$AGENT_ADDR\""
+  target closed "$RXE_ADDR:9999" ""
+  target unroutable "203.0.113.1:9436" ""
+  target silent "198.18.0.2:9436" ""
+  target frozen "$RXE_ADDR:9437" 'mode = "persistent"'
+} >"$cfg"
+"$BIN/qpwatch" check-config "$cfg" || fail "test config invalid"
+base_qps=$(rdma -j res show qp | jq length)
+"$BIN/qpwatch" responder --listen "$RXE_ADDR:9437" >"$OUT/responder.log" 2>&1 &
+responder=$!
+on_exit "kill -CONT $responder; kill -9 $responder"
+listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN")] | length > 0' >/dev/null; }
+wait_until 20 listening || fail "responder not listening"
+start_agent --config "$cfg"
+for t in closed unroutable silent; do
+  wait_for_metric_at_least "qpwatch_probe_total{target=\"$t\"}" 2 120 || fail "target $t not probed twice"
+done
+wait_for_metric_at_least 'qpwatch_probe_total{target="frozen",result="ok"}' 2 120 || fail "frozen target never ok"
+kill -STOP "$responder"
+log "responder stopped (SIGSTOP)"
+wait_for_metric_at_least 'qpwatch_probe_total{target="frozen",result="timeout"}' 1 60 || fail "no timeout from the frozen responder"
+# remove every target; the agent stays up
+echo "listen = \"$AGENT_ADDR\"" >"$cfg"
+kill -HUP "$AGENT_PID"
+wait_until 30 grep -q "SIGHUP: configuration reloaded" "$OUT/agent.log" || fail "no reload"
+sleep 4
+end=$(scrape end)
+for pair in closed:rejected unroutable:addr_error silent:timeout; do
+  t=${pair%%:*} result=${pair#*:}
+  all=$(metric "$end" "qpwatch_probe_total{target=\"$t\"}")
+  assert_eq "target $t: every probe is $result ($all)" "$all" "$(metric "$end" "qpwatch_probe_total{target=\"$t\",result=\"$result\"}")"
+done
+assert_eq "frozen: only ok and timeout" "$(metric "$end" 'qpwatch_probe_total{target="frozen"}')" \
+  "$(( $(metric "$end" 'qpwatch_probe_total{target="frozen",result="ok"}') + $(metric "$end" 'qpwatch_probe_total{target="frozen",result="timeout"}') ))"
+assert_eq "probe QPs the eBPF path missed" 0 "$(metric "$end" 'qpwatch_probe_qps_unseen_total')"
+curl -fsS "http://$AGENT_ADDR/healthz" >/dev/null || fail "agent not healthy"
+kill -CONT "$responder"; kill -9 "$responder"; wait "$responder" 2>/dev/null || true
+back() { [ "$(rdma -j res show qp | jq length)" -eq "$base_qps" ] && [ "$(rdma -j res show mr | jq length)" -eq 0 ]; }
+wait_until 30 back || { rdma res show qp; rdma res show mr; fail "QPs or MRs left behind"; }
+assert_eq "CM ids left" 0 "$(rdma -j res show cm_id | jq length)"
+stop_agent
