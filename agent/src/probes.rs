@@ -548,20 +548,24 @@ pub fn attach_instance(
         .iter()
         .filter(|(_, s)| *s == HookStatus::Attached)
         .count();
-    let failed: Vec<&str> = statuses
-        .iter()
-        .filter(|(_, s)| matches!(s, HookStatus::Detached(_)))
-        .map(|(l, _)| l.as_str())
-        .collect();
-    if failed.is_empty() {
+    // One warning per distinct reason, naming the hooks it applies to.
+    let mut by_reason: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (label, status) in &statuses {
+        if let HookStatus::Detached(reason) = status {
+            by_reason.entry(reason).or_default().push(label);
+        }
+    }
+    if by_reason.is_empty() {
         info!(instance = instance.kind.name(), attached, "hooks attached");
-    } else {
+    }
+    for (reason, hooks) in by_reason {
         warn!(
             instance = instance.kind.name(),
             attached,
-            failed = failed.len(),
-            "some hooks did not attach: {}",
-            failed.join(", ")
+            %reason,
+            "{} hooks not attached: {}",
+            hooks.len(),
+            hooks.join(", ")
         );
     }
     statuses
