@@ -192,6 +192,11 @@ impl Metrics {
         registry
             .register(Box::new(build_info))
             .expect("unique metric");
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("unique metric");
 
         let qps = IntGaugeVec::new(
             Opts::new("qpwatch_qps", "Live QPs by device, type and current state."),
@@ -835,6 +840,19 @@ mod tests {
             ),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn the_process_collector_is_registered() {
+        let m = Metrics::new(&Buckets::default(), "k");
+        let text = render(&m.registry);
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name} missing");
+        }
     }
 
     #[test]
