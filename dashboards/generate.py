@@ -426,6 +426,18 @@ def overview():
         stack=True,
     ), w=12)
     b.add(timeseries(
+        "IB CM and ucma handler p99",
+        [q("histogram_quantile(0.99, sum by (le, handler, event) (rate(qpwatch_cm_handler_duration_seconds_bucket{%s}[%s])))" % (SEL, RI), "{{handler}} {{event}}")],
+        "s",
+        "p99 time in the CMA's IB CM handlers (cma_ib_handler, cma_ib_req_handler: IB CM events such as REP_RECEIVED) and in ucma_event_handler (delivery to userspace).",
+    ), w=12)
+    b.add(timeseries(
+        "CM tracepoint hits (top 10)",
+        [q("topk(10, sum by (tracepoint) (rate(qpwatch_tracepoint_hits_total{%s}[%s])))" % (SEL, RI), "{{tracepoint}}")],
+        "ops",
+        "Hits per second of the rdma_cma:* and ib_cma:* tracepoints (IB CM messages sent and errors, e.g. ib_cma:icm_no_listener_err).",
+    ), w=12)
+    b.add(timeseries(
         "CM event handler p99",
         [q("histogram_quantile(0.99, sum by (le, event) (rate(qpwatch_cm_event_handler_duration_seconds_bucket{%s}[%s])))" % (SEL, RI), "{{event}}")],
         "s",
@@ -463,13 +475,13 @@ def overview():
         color_mode="background",
         graph="none",
         mappings=[{"type": "value", "options": {"0": {"text": "DOWN", "index": 0}, "1": {"text": "UP", "index": 1}}}],
-    ), w=8, h=6)
+    ), w=6, h=6)
     b.add(timeseries(
         "Probe QPs unseen by eBPF",
         [q('sum by (target) (increase(qpwatch_probe_qps_unseen_total{%s, target=~"$target"}[%s]))' % (SEL, RI), "{{target}}")],
         "short",
         "Probe QPs with a verb call the eBPF path did not see (the agent's tracing self-test); anything above 0 means hooks miss events.",
-    ), w=8, h=6)
+    ), w=6, h=6)
     b.add(timeseries(
         "Responder",
         [
@@ -479,6 +491,12 @@ def overview():
         "ops",
         "This agent's probe responder (what other agents' targets point at): connections by event and echoed messages per second.",
     ), w=8, h=6)
+    b.add(stat(
+        "Responder connections open",
+        [q("sum(qpwatch_responder_active_connections{%s})" % SEL, "", instant=True)],
+        "short",
+        "Probe responder connections open now (persistent-mode targets keep one each).",
+    ), w=4, h=6)
 
     b.row("Agent health")
     b.add(stat(
