@@ -53,6 +53,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 BUILTINS = {
     "__rate_interval": "1m",
@@ -68,8 +69,10 @@ REGEX_SPECIAL = re.compile(r"[$^*{}\[\]'+?.()|]")
 
 
 class Prom:
-    def __init__(self, base):
+    def __init__(self, base, workers=4):
         self.base = base.rstrip("/")
+        self.workers = workers
+        self.cache = {}
 
     def get(self, path, params, method="GET"):
         data = urllib.parse.urlencode(params, doseq=True)
@@ -90,6 +93,18 @@ class Prom:
 
     def query(self, expr):
         """-> (error or None, series count, finite value count)."""
+        if expr not in self.cache:
+            self.cache[expr] = self._query(expr)
+        return self.cache[expr]
+
+    def prefetch(self, exprs):
+        """Runs the queries a few at a time (the VM is slow, the server is not busy)."""
+        todo = [e for e in dict.fromkeys(exprs) if e not in self.cache]
+        with ThreadPoolExecutor(self.workers) as ex:
+            for e, r in zip(todo, ex.map(self._query, todo)):
+                self.cache[e] = r
+
+    def _query(self, expr):
         body = self.get("/api/v1/query", {"query": expr, "time": "%.3f" % time.time()}, method="POST")
         if body.get("status") != "success":
             return "%s: %s" % (body.get("errorType", "error"), body.get("error", "?")), 0, 0
@@ -194,23 +209,23 @@ def absent_argument(expr):
 
 
 class Report:
+    """One line per expression, printed as it is checked."""
+
     def __init__(self):
-        self.rows = []
+        self.rows = 0
         self.failures = 0
+        print("%-4s %-20s %-52s %6s %6s  %s" % ("", "source", "panel / rule", "series", "finite", "expression"), flush=True)
 
     def add(self, source, what, expr, count, finite, ok, note=""):
-        self.rows.append((source, what, expr, count, finite, "ok" if ok else "FAIL", note))
+        self.rows += 1
         if not ok:
             self.failures += 1
+        print("%-4s %-20s %-52s %6s %6s  %s" % ("ok" if ok else "FAIL", source[:20], what[:52], count, finite, " ".join(expr.split())), flush=True)
+        if note:
+            print("       -> " + note, flush=True)
 
-    def print(self):
-        print("%-4s %-20s %-52s %6s %6s  %s" % ("", "source", "panel / rule", "series", "finite", "expression"))
-        for n, (source, what, expr, count, finite, status, note) in enumerate(self.rows, start=1):
-            line = "%-4s %-20s %-52s %6s %6s  %s" % (status, source[:20], what[:52], count, finite, " ".join(expr.split()))
-            print(line)
-            if note:
-                print("       -> " + note)
-        print("%d expressions, %d failed" % (len(self.rows), self.failures))
+    def summary(self):
+        print("%d expressions, %d failed" % (self.rows, self.failures))
 
 
 def check_dashboard(path, prom, report, overrides, builtins):
@@ -272,6 +287,7 @@ def check_dashboard(path, prom, report, overrides, builtins):
             yield p
             yield from panels(p.get("panels", []))
 
+    jobs = []
     for p in panels(dash.get("panels", [])):
         if p.get("type") == "row":
             continue
@@ -293,18 +309,19 @@ def check_dashboard(path, prom, report, overrides, builtins):
                 instances.append((substitute(title, {repeat: value})[0], scope))
         for shown_title, scope in instances:
             for t in targets:
-                expr = t.get("expr")
-                what = "%s [%s]" % (shown_title, t.get("refId", "?"))
-                if not expr:
-                    report.add(name, what, "(empty)", 0, 0, False, "target without expr")
-                    continue
-                text, unknown = substitute(expr, scope)
-                if unknown:
-                    report.add(name, what, expr, 0, 0, False, "undefined variables: " + ", ".join(unknown))
-                    continue
-                err, count, finite = prom.query(text)
-                report.add(name, what, text, count, finite, err is None and finite > 0,
-                           err or ("" if finite else "no finite value"))
+                jobs.append(("%s [%s]" % (shown_title, t.get("refId", "?")), t.get("expr"), scope))
+    prom.prefetch(substitute(e, scope)[0] for _, e, scope in jobs if e)
+    for what, expr, scope in jobs:
+        if not expr:
+            report.add(name, what, "(empty)", 0, 0, False, "target without expr")
+            continue
+        text, unknown = substitute(expr, scope)
+        if unknown:
+            report.add(name, what, expr, 0, 0, False, "undefined variables: " + ", ".join(unknown))
+            continue
+        err, count, finite = prom.query(text)
+        report.add(name, what, text, count, finite, err is None and finite > 0,
+                   err or ("" if finite else "no finite value"))
 
 
 def rule_entries(path):
@@ -339,6 +356,16 @@ def check_rules(path, prom, report, timeout):
     ok = loaded == expected
     report.add("rules", "loaded by Prometheus", path, len(loaded), "-", ok,
                "" if ok else "file has %s, server has %s" % (expected, loaded))
+    wanted = []
+    for r in rules:
+        wanted.append(r["query"])
+        if r["type"] == "recording":
+            wanted.append(selector_with_labels(r["name"], r.get("labels") or {}))
+        elif absent_argument(r["query"]) is not None:
+            wanted.append(absent_argument(r["query"]))
+        elif top_level_comparison(r["query"]):
+            wanted.append(top_level_comparison(r["query"])[0])
+    prom.prefetch(wanted)
     for r in rules:
         kind, rname, expr = r["type"], r["name"], r["query"]
         health_note = ""
@@ -435,7 +462,7 @@ def main():
     for path in args.rules:
         check_rules(path, prom, report, args.rules_timeout)
     active = check_alerts(prom, report, args.expect_alert, args.expect_no_alert)
-    report.print()
+    report.summary()
     print("active alerts: " + ("; ".join(active) if active else "none"))
     if not report.rows:
         print("nothing checked", file=sys.stderr)
