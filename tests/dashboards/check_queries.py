@@ -5,7 +5,7 @@ live Prometheus, and fails unless each one returns data.
     check_queries.py --prometheus http://127.0.0.1:9090 --rules dashboards/rules.yml \
         [--var NAME=VALUE ...] [--builtin NAME=VALUE ...] \
         [--expect-alert 'NAME{label="value",...}' ...] [--expect-no-alert 'NAME{...}' ...] \
-        dashboards/*.json
+        [--wait SECONDS] dashboards/*.json
 
 What is checked (dashboards/README.md, "Validation", says the same):
 
@@ -41,6 +41,10 @@ What is checked (dashboards/README.md, "Validation", says the same):
   /api/v1/alerts) that must / must not exist with the given labels.
 
 Prints one table row per expression and exits 1 if any check failed.
+--wait SECONDS repeats the whole check (every expression, at one moment)
+until one attempt passes completely or the time is up, for a system that is
+still warming up (the first samples, the first rule evaluations); it prints
+one line per failed attempt and the table of the last one.
 Python 3 standard library only.
 """
 
@@ -209,20 +213,36 @@ def absent_argument(expr):
 
 
 class Report:
-    """One line per expression, printed as it is checked."""
+    """One line per expression; printed as it is checked when echo is set,
+    else kept for print_rows() (--wait prints only the last attempt)."""
 
-    def __init__(self):
+    HEADER = "%-4s %-20s %-52s %6s %6s  %s" % ("", "source", "panel / rule", "series", "finite", "expression")
+
+    def __init__(self, echo=True):
+        self.echo = echo
+        self.lines = []
         self.rows = 0
         self.failures = 0
-        print("%-4s %-20s %-52s %6s %6s  %s" % ("", "source", "panel / rule", "series", "finite", "expression"), flush=True)
+        self.failed = []
+        self._out(self.HEADER)
+
+    def _out(self, line):
+        self.lines.append(line)
+        if self.echo:
+            print(line, flush=True)
 
     def add(self, source, what, expr, count, finite, ok, note=""):
         self.rows += 1
         if not ok:
             self.failures += 1
-        print("%-4s %-20s %-52s %6s %6s  %s" % ("ok" if ok else "FAIL", source[:20], what[:52], count, finite, " ".join(expr.split())), flush=True)
+            self.failed.append("%s: %s" % (source, what))
+        self._out("%-4s %-20s %-52s %6s %6s  %s" % ("ok" if ok else "FAIL", source[:20], what[:52], count, finite, " ".join(expr.split())))
         if note:
-            print("       -> " + note, flush=True)
+            self._out("       -> " + note)
+
+    def print_rows(self):
+        if not self.echo:
+            print("\n".join(self.lines), flush=True)
 
     def summary(self):
         print("%d expressions, %d failed" % (self.rows, self.failures))
@@ -443,6 +463,9 @@ def main():
     ap.add_argument("--expect-alert", action="append", default=[])
     ap.add_argument("--expect-no-alert", action="append", default=[])
     ap.add_argument("--rules-timeout", type=float, default=60)
+    ap.add_argument("--wait", type=float, default=0,
+                    help="SECONDS: repeat the whole check until every item passes in one attempt or the time is up; only the last attempt's table is printed")
+    ap.add_argument("--retry-interval", type=float, default=2)
     ap.add_argument("dashboards", nargs="*")
     args = ap.parse_args()
 
@@ -456,19 +479,31 @@ def main():
         builtins[k.lstrip("$")] = v
 
     prom = Prom(args.prometheus)
-    report = Report()
-    for path in args.dashboards:
-        check_dashboard(path, prom, report, overrides, builtins)
-    for path in args.rules:
-        check_rules(path, prom, report, args.rules_timeout)
-    active = check_alerts(prom, report, args.expect_alert, args.expect_no_alert)
+    deadline = time.time() + args.wait
+    attempt = 0
+    while True:
+        attempt += 1
+        prom.cache.clear()
+        report = Report(echo=args.wait <= 0)
+        for path in args.dashboards:
+            check_dashboard(path, prom, report, overrides, builtins)
+        for path in args.rules:
+            check_rules(path, prom, report, args.rules_timeout)
+        active = check_alerts(prom, report, args.expect_alert, args.expect_no_alert)
+        if not report.failures or time.time() >= deadline:
+            break
+        print("attempt %d: %d of %d checks failed, again in %gs: %s"
+              % (attempt, report.failures, report.rows, args.retry_interval, "; ".join(report.failed)), flush=True)
+        time.sleep(args.retry_interval)
+    report.print_rows()
     report.summary()
+    if args.wait > 0:
+        print("attempts: %d" % attempt)
     print("active alerts: " + ("; ".join(active) if active else "none"))
     if not report.rows:
         print("nothing checked", file=sys.stderr)
         return 1
     return 1 if report.failures else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
