@@ -401,7 +401,7 @@ def overview():
         "CM call latency p99",
         [q("histogram_quantile(0.99, sum by (le, call) (rate(qpwatch_cm_call_duration_seconds_bucket{%s}[%s])))" % (SEL, RI), "{{call}}")],
         "s",
-        "p99 duration of rdma_cm calls (rdma_resolve_addr, rdma_connect, ...) and, for kernel QPs, of the CMA's QP transitions.",
+        "p99 duration of rdma_cm calls (rdma_resolve_addr, rdma_resolve_route, rdma_listen, rdma_create_qp) and, for kernel QPs, of the CMA's QP transitions (cma_modify_qp_rtr, ...).",
     ), w=8)
     b.add(timeseries(
         "CM call errors",
