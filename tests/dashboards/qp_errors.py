@@ -3,10 +3,11 @@
 (qpwatch_qp_create_errors_total, qpwatch_qp_modify_errors_total) exist and
 the dashboard panels and rules built on them can be checked on real data.
 
-    qp_errors.py [DEVICE] [ROUNDS]
+    qp_errors.py [DEVICE] [ROUNDS] [PAUSE_SECONDS]
 
-Each round, on DEVICE (default: the first RDMA device), through libibverbs
-(ctypes, no compiler needed in the VM):
+Each round (default 3, PAUSE_SECONDS apart, default 0), on DEVICE (default:
+the first RDMA device), through libibverbs (ctypes, no compiler needed in the
+VM):
   1. ibv_create_qp(RC) with max_send_wr = 2^30, beyond any device's limit:
      the kernel's create (ib_create_qp_user) fails, EINVAL on rxe;
   2. ibv_create_qp(RC) that succeeds, then ibv_modify_qp(RESET -> RTS), a
@@ -15,9 +16,9 @@ Each round, on DEVICE (default: the first RDMA device), through libibverbs
 Exits non-zero if an invalid call succeeds or a valid one fails.
 """
 import ctypes
-import ctypes.util
 import os
 import sys
+import time
 
 IBV_QPT_RC = 2
 IBV_QPS_RTS = 3
@@ -50,7 +51,10 @@ class Qp(ctypes.Structure):  # the leading fields of struct ibv_qp
 def main():
     want = sys.argv[1].encode() if len(sys.argv) > 1 else None
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    lib = ctypes.CDLL(ctypes.util.find_library("ibverbs") or "libibverbs.so.1", use_errno=True)
+    pause = float(sys.argv[3]) if len(sys.argv) > 3 else 0
+    # the soname, not ctypes.util.find_library: that runs ldconfig and gcc,
+    # seconds under emulation
+    lib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
     vp = ctypes.c_void_p
     lib.ibv_get_device_list.restype = ctypes.POINTER(vp)
     lib.ibv_get_device_list.argtypes = [ctypes.POINTER(ctypes.c_int)]
@@ -87,7 +91,9 @@ def main():
         return qp if qp else None
 
     bad = 0
-    for _ in range(rounds):
+    for n in range(rounds):
+        if n and pause:
+            time.sleep(pause)
         qp = create(1 << 30)
         if qp:
             print("qp_errors: create with max_send_wr=2^30 succeeded", file=sys.stderr)
