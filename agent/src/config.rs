@@ -188,19 +188,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub module_poll_interval: Option<f64>,
     /// `probes.ring_buffer_bytes`: a power of two, at least 4096 [default: 1048576].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub ring_buffer_bytes: Option<u32>,
     /// `probes.btf_dir`: where the running kernel's BTF is [default: /sys/kernel/btf].
     #[arg(long, value_name = "DIR")]
     pub btf_dir: Option<PathBuf>,
     /// `limits.max_tracked_qps` [default: 262144].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_tracked_qps: Option<usize>,
     /// `limits.max_device_labels` [default: 64].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_device_labels: Option<usize>,
     /// `limits.max_process_labels` [default: 20].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_process_labels: Option<usize>,
     /// `buckets.call_latency`: comma-separated upper bounds in seconds.
     #[arg(long, value_parser = parse_buckets, value_name = "LIST")]
@@ -224,7 +224,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub probe_interval: Option<f64>,
     /// Defaults for `--target`s: ping-pongs per probe [default: 10].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub probe_pings: Option<u32>,
     /// Defaults for `--target`s: timeout of every step in seconds [default: 2].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]

@@ -93,6 +93,29 @@ impl InstanceKind {
     }
 }
 
+/// Debian's kernel refuses `perf_event_open` (which every kprobe attach goes
+/// through) without CAP_SYS_ADMIN when `kernel.perf_event_paranoid` is 3, its
+/// default: CAP_PERFMON alone is not enough (kernel/events/core.c,
+/// `perf_event_open`: `perf_paranoid_any() && !capable(CAP_SYS_ADMIN)`).
+pub fn perf_event_paranoid_hint(error: &str, paranoid: Option<i32>) -> Option<String> {
+    let denied = error.contains("perf_event_open") && error.contains("Permission denied");
+    match paranoid {
+        Some(level) if denied && level > 2 => Some(format!(
+            " (kernel.perf_event_paranoid={level} needs CAP_SYS_ADMIN for kprobes; \
+             grant it or set the sysctl to 2, where CAP_PERFMON suffices)"
+        )),
+        _ => None,
+    }
+}
+
+fn read_perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attach {
     Kprobe {
@@ -356,9 +379,17 @@ impl Instance {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
-                text.push_str(": ");
-                text.push_str(&s.to_string());
+                let s_text = s.to_string();
+                if !text.ends_with(&s_text) {
+                    text.push_str(": ");
+                    text.push_str(&s_text);
+                }
                 source = s.source();
+            }
+            if matches!(hook.attach, Attach::Kprobe { .. }) {
+                if let Some(hint) = perf_event_paranoid_hint(&text, read_perf_event_paranoid()) {
+                    text.push_str(&hint);
+                }
             }
             text
         })?;
@@ -569,4 +600,21 @@ pub fn attach_instance(
         );
     }
     statuses
+}
+
+#[cfg(test)]
+mod tests {
+    use super::perf_event_paranoid_hint;
+
+    #[test]
+    fn paranoid_hint_only_for_denied_perf_event_open_above_2() {
+        let denied = "program p: `perf_event_open` failed: Permission denied (os error 13)";
+        assert!(perf_event_paranoid_hint(denied, Some(3))
+            .unwrap()
+            .contains("perf_event_paranoid=3"));
+        assert_eq!(perf_event_paranoid_hint(denied, Some(2)), None);
+        assert_eq!(perf_event_paranoid_hint(denied, None), None);
+        let missing = "program p: `perf_event_open` failed: No such file or directory (os error 2)";
+        assert_eq!(perf_event_paranoid_hint(missing, Some(3)), None);
+    }
 }

@@ -12,14 +12,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_wc_opcode, rdma_conn_param};
+use rdma_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_wc_opcode};
 
 use crate::error::Error;
 use crate::outcome::{CmEventKind, ProbeMode, ProbeOutcome, QpCall, QpCallKind, QpState, Step};
 use crate::time::{elapsed, monotonic_ns, Deadline};
 use crate::verbs::{
-    poll_fds, pollin, CmEvent, CmId, Completion, CompletionChannel, CompletionQueue, EventChannel,
-    MemoryRegion, PostQueue, ProtectionDomain, QpCaps, QueuePair,
+    poll_fds, pollin, rc_conn_param, CmEvent, CmId, Completion, CompletionChannel, CompletionQueue,
+    EventChannel, MemoryRegion, PostQueue, ProtectionDomain, QpCaps, QueuePair,
 };
 
 /// Bytes every probe message starts with: magic, then the sequence number.
@@ -354,17 +354,7 @@ impl Connection {
         let step = Step::Connect;
         let t = monotonic_ns();
         let qp_num = self.qp.as_ref().map_or(0, |qp| qp.qp_num());
-        let mut param = rdma_conn_param {
-            private_data: std::ptr::null(),
-            private_data_len: 0,
-            responder_resources: 1,
-            initiator_depth: 1,
-            flow_control: 0,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            srq: 0,
-            qp_num,
-        };
+        let mut param = rc_conn_param(qp_num);
         at(step, self.id.connect(&mut param))?;
         let event = at(
             step,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdma_sys::{ibv_wc_opcode, rdma_conn_param};
+use rdma_sys::ibv_wc_opcode;
 use serde::Serialize;
 
 use crate::error::Error;
@@ -22,8 +22,8 @@ use crate::outcome::CmEventKind;
 use crate::requester::{PollMode, MAX_MESSAGE_SIZE, MESSAGE_HEADER};
 use crate::time::{monotonic_ns, Deadline};
 use crate::verbs::{
-    poll_fds, pollin, CmEvent, CmId, CmQueuePair, Completion, CompletionChannel, CompletionQueue,
-    EventChannel, EventFd, MemoryRegion, PostQueue, ProtectionDomain, QpCaps,
+    poll_fds, pollin, rc_conn_param, CmEvent, CmId, CmQueuePair, Completion, CompletionChannel,
+    CompletionQueue, EventChannel, EventFd, MemoryRegion, PostQueue, ProtectionDomain, QpCaps,
 };
 
 const SEND_FLAG: u64 = 1 << 32;
@@ -477,17 +477,7 @@ impl Conn {
         if config.poll_mode == PollMode::Events {
             cq.arm()?;
         }
-        let mut param = rdma_conn_param {
-            private_data: std::ptr::null(),
-            private_data_len: 0,
-            responder_resources: 1,
-            initiator_depth: 1,
-            flow_control: 0,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            srq: 0,
-            qp_num: 0,
-        };
+        let mut param = rc_conn_param(0);
         id.accept(&mut param)?;
         Ok(Conn {
             qp,

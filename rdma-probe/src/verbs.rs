@@ -874,3 +874,19 @@ impl Drop for CmQueuePair {
         unsafe { rdma_destroy_qp(self.id.raw()) };
     }
 }
+
+/// Connection parameters of a probe connection: one outstanding RDMA read each
+/// way, and 7 retries (for RNR, 7 means retry forever).
+pub fn rc_conn_param(qp_num: u32) -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num,
+    }
+}

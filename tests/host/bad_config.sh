@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Bad configuration files and flags against the real binary: each must print
+# ONE error line naming the key (and file:line:col for files) and exit 2,
+# before anything touches the kernel. Prints the table (markdown) it checked.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-target/release/qpwatch}
+[ -x "$BIN" ] || { echo "bad_config: $BIN not built" >&2; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0 n=0
+printf '| kind | input | exit | error printed |\n|---|---|---|---|\n'
+check() { # KIND EXPECTED_SUBSTRING INPUT_DESCRIPTION -- COMMAND...
+  local kind=$1 expected=$2 input=$3 err rc first
+  shift 4
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  n=$((n + 1))
+  first=$(echo "$err" | head -n1)
+  printf '| %s | `%s` | %s | `%s` |\n' "$kind" "$input" "$rc" "$(echo "$first" | sed 's/|/\\|/g')"
+  # config errors are one line; clap's flag errors add its usage hint below
+  if [ "$rc" -ne 2 ] || { [[ $first != error:* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ]; } ||
+    [[ $first != *"$expected"* ]]; then
+    echo "bad_config: FAIL $kind: exit $rc, expected 2 and one line containing: $expected; got: $err" >&2
+    failures=$((failures + 1))
+  fi
+}
+file_case() { # KIND EXPECTED TOML
+  local f=$dir/qpwatch.toml
+  printf '%b\n' "$3" >"$f"
+  check "$1" "$2" "$(printf '%b' "$3" | tr '\n' ';' | sed 's/|/\\|/g')" -- "$BIN" check-config "$f"
+}
+flag_case() { # KIND EXPECTED FLAGS...
+  local kind=$1 expected=$2
+  shift 2
+  check "$kind" "$expected" "$*" -- "$BIN" run --config /dev/null "$@"
+}
+file_case "unknown key" "qpwatch.toml:1:1: lisen: unknown field" 'lisen = "127.0.0.1:9435"'
+file_case "wrong type" "qpwatch.toml:2:21: probes.ring_buffer_bytes: invalid type" '[probes]\nring_buffer_bytes = "big"'
+file_case "bad listen address" "qpwatch.toml:1:10: listen:" 'listen = "localhost"'
+file_case "negative interval" "qpwatch.toml:2:32: probes.module_poll_interval_seconds: -1" '[probes]\nmodule_poll_interval_seconds = -1'
+file_case "empty target name" "qpwatch.toml:2:8: targets[0].name: must not be empty" '[[targets]]\nname = ""\naddress = "198.18.0.1"'
+file_case "zero target interval" "qpwatch.toml:4:20: targets[0].interval_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ninterval_seconds = 0'
+file_case "target not an IP" "qpwatch.toml:3:11: targets[0].address" '[[targets]]\nname = "a"\naddress = "nowhere"'
+file_case "duplicate target" "qpwatch.toml:5:8: targets[1].name" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\n[[targets]]\nname = "a"\naddress = "198.18.0.2"'
+file_case "ring not a power of two" "qpwatch.toml:2:21: probes.ring_buffer_bytes: 5000" '[probes]\nring_buffer_bytes = 5000'
+file_case "unknown probe group" "qpwatch.toml:2:10: probes.groups" '[probes]\ngroups = ["qp", "rdma"]'
+file_case "zero cardinality cap" "qpwatch.toml:2:19: limits.max_tracked_qps" '[limits]\nmax_tracked_qps = 0'
+file_case "buckets not increasing" "qpwatch.toml:2:9: buckets.dwell" '[buckets]\ndwell = [1.0, 0.5]'
+file_case "bad log level" "qpwatch.toml:1:13: log_level" 'log_level = "loud"'
+file_case "bad log format" "qpwatch.toml:1:14: log_format" 'log_format = "yaml"'
+file_case "TOML syntax error" "qpwatch.toml:1:10:" 'listen = '
+file_case "port out of range" "qpwatch.toml:2:10: responder.listen" '[responder]\nlisten = "198.18.0.1:99999"'
+file_case "missing target field" "qpwatch.toml:1:1: targets[0]: missing field" '[[targets]]\naddress = "198.18.0.1"'
+file_case "timeout > interval" "qpwatch.toml:4:19: targets[0].timeout_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ntimeout_seconds = 20'
+check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
+flag_case "flag: bad listen" "--listen" --listen nonsense
+flag_case "flag: negative ring size" "invalid value '-1' for '--ring-buffer-bytes" --ring-buffer-bytes -1
+flag_case "flag: non-numeric cap" "--max-process-labels" --max-process-labels many
+flag_case "flag: ring not a power of two" "--ring-buffer-bytes: 5000 is not a power of two" --ring-buffer-bytes 5000
+flag_case "flag: unknown group" "--groups" --groups qp,bogus
+flag_case "flag: target without name" "--target" --target =198.18.0.1
+flag_case "flag: negative poll interval" "--module-poll-interval" --module-poll-interval -3
+flag_case "flag: unknown flag" "--bogus" --bogus
+echo
+if ! out=$("$BIN" check-config packaging/qpwatch.toml 2>&1); then
+  echo "bad_config: FAIL the example config does not validate: $out" >&2
+  failures=$((failures + 1))
+fi
+if [ "$failures" -ne 0 ]; then
+  echo "bad_config: $failures of $n cases failed" >&2
+  exit 1
+fi
+echo "bad_config: all $n cases exit 2 with one error line" >&2
