@@ -169,10 +169,14 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
             _ = poll.tick() => {
                 let polled = tracer.poll().await;
                 qp_tracing.store(tracer.qp_hooks_attached(), Ordering::Release);
-                if !probes_started {
-                    // after the first attach, so that the probes' QPs are seen
+                if !probes_started && rdma_core_present() {
+                    // After the first attach, so that the probes' QPs are
+                    // seen; and not before ib_core is there: librdmacm's
+                    // netlink queries would load the RDMA stack themselves.
                     apply_probes(&prober, &settings).await;
                     probes_started = true;
+                } else if probes_started && prober.lock().expect("not poisoned").responder_pending() {
+                    retry_responder(&prober).await;
                 }
                 let ready = tracer.ready();
                 if let Some(state) = &state {
@@ -212,6 +216,21 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
 
 /// Starts, stops and restarts the responder and probe threads to match
 /// `settings` (blocking joins, off the event loop).
+/// `ib_core` is loaded (or built in): its device class exists.
+fn rdma_core_present() -> bool {
+    std::path::Path::new("/sys/class/infiniband").exists()
+}
+
+async fn retry_responder(prober: &Arc<Mutex<Prober>>) {
+    let prober = Arc::clone(prober);
+    let retried =
+        tokio::task::spawn_blocking(move || prober.lock().expect("not poisoned").retry_responder())
+            .await;
+    if let Err(error) = retried {
+        warn!(%error, "retrying the probe responder");
+    }
+}
+
 async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
     let prober = Arc::clone(prober);
     let responder = settings.responder_listen;

@@ -275,6 +275,8 @@ fn run_target(target: Target, sink: ProbeSink, stop: mpsc::Receiver<()>) {
 pub struct Prober {
     sink: ProbeSink,
     responder: Option<(SocketAddr, ResponderHandle)>,
+    /// The configured responder that could not start, and why (retried).
+    responder_failed: Option<(SocketAddr, String)>,
     responder_seen: ResponderStats,
     targets: HashMap<String, TargetRunner>,
 }
@@ -284,6 +286,7 @@ impl Prober {
         Self {
             sink,
             responder: None,
+            responder_failed: None,
             responder_seen: ResponderStats::default(),
             targets: HashMap::new(),
         }
@@ -294,14 +297,9 @@ impl Prober {
     pub fn apply(&mut self, responder: Option<SocketAddr>, targets: &[Target]) {
         if self.responder.as_ref().map(|(a, _)| *a) != responder {
             self.stop_responder();
+            self.responder_failed = None;
             if let Some(listen) = responder {
-                match Responder::spawn(ResponderConfig::new(listen)) {
-                    Ok(handle) => {
-                        info!(%listen, "probe responder listening");
-                        self.responder = Some((listen, handle));
-                    }
-                    Err(error) => warn!(%listen, %error, "probe responder not started"),
-                }
+                self.start_responder(listen);
             }
         }
         let wanted: HashMap<&str, &Target> = targets.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -342,6 +340,36 @@ impl Prober {
                 }
                 Err(error) => warn!(target = %target.name, %error, "cannot start probe thread"),
             }
+        }
+    }
+
+    /// Starts the responder; a failure is logged once per distinct error and
+    /// retried by [`Prober::retry_responder`] (e.g. until an address appears).
+    fn start_responder(&mut self, listen: SocketAddr) {
+        match Responder::spawn(ResponderConfig::new(listen)) {
+            Ok(handle) => {
+                info!(%listen, "probe responder listening");
+                self.responder = Some((listen, handle));
+                self.responder_failed = None;
+            }
+            Err(error) => {
+                let error = error.to_string();
+                if self.responder_failed.as_ref().map(|(_, e)| e) != Some(&error) {
+                    warn!(%listen, %error, "probe responder not started (retrying)");
+                }
+                self.responder_failed = Some((listen, error));
+            }
+        }
+    }
+
+    /// Whether a configured responder is waiting to be retried.
+    pub fn responder_pending(&self) -> bool {
+        self.responder_failed.is_some()
+    }
+
+    pub fn retry_responder(&mut self) {
+        if let Some((listen, _)) = self.responder_failed {
+            self.start_responder(listen);
         }
     }
 
