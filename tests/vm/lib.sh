@@ -15,8 +15,9 @@ fail() {
 
 # start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
 start_agent() {
-  local log_file="$OUT/agent.log"
-  "$BIN/qpwatch" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
+  local log_file="$OUT/agent.log" config=(--config /dev/null) # hermetic: never /etc/qpwatch
+  [[ " $* " == *" --config "* ]] && config=()
+  "$BIN/qpwatch" "${config[@]}" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
   AGENT_PID=$!
   local start=$SECONDS
   while [ $((SECONDS - start)) -lt 60 ]; do
