@@ -133,13 +133,6 @@ struct TrackedId {
     qp_num: Option<u32>,
 }
 
-/// An `rdma_cma:cm_event_handler` hit waiting for its `cm_event_done` (the
-/// fallback when the kprobe on `cma_cm_event_handler` is not attached).
-#[derive(Debug, Clone, Copy)]
-struct HandlerStart {
-    call: CmCall,
-}
-
 /// Pairs a resolve call with its completion event, whichever is seen first:
 /// the event can be delivered (from a workqueue, on another CPU) before the
 /// call that started the resolution returns and is emitted.
@@ -189,7 +182,9 @@ pub struct CmCorrelator {
     ids: HashMap<u32, TrackedId>,
     addr_resolves: Rendezvous,
     route_resolves: Rendezvous,
-    handler_starts: HashMap<u32, HandlerStart>,
+    /// `rdma_cma:cm_event_handler` hits waiting for their `cm_event_done`, per
+    /// thread (a stack: a consumer's handler may deliver another event).
+    handler_starts: HashMap<u32, Vec<CmCall>>,
     qp_to_cm: HashMap<u32, u32>,
     destroyed: RecentIds,
     established: Label,
@@ -230,7 +225,6 @@ fn since(start: u64, end: u64) -> Duration {
 pub fn call_name(op: CmOp) -> &'static str {
     match op {
         CmOp::CreateQp => "rdma_create_qp",
-        CmOp::DestroyQp => "rdma_destroy_qp",
         CmOp::InitConnQp => "cma_init_conn_qp",
         CmOp::InitUdQp => "cma_init_ud_qp",
         CmOp::ModifyQpRtr => "cma_modify_qp_rtr",
@@ -240,13 +234,9 @@ pub fn call_name(op: CmOp) -> &'static str {
         CmOp::IbHandler => "cma_ib_handler",
         CmOp::IbReqHandler => "cma_ib_req_handler",
         CmOp::UcmaHandler => "ucma_event_handler",
-        CmOp::BindAddr => "rdma_bind_addr",
         CmOp::ResolveAddr => "rdma_resolve_addr",
         CmOp::ResolveRoute => "rdma_resolve_route",
         CmOp::Listen => "rdma_listen",
-        CmOp::Connect => "rdma_connect",
-        CmOp::Accept => "rdma_accept",
-        CmOp::Disconnect => "rdma_disconnect",
         CmOp::TpSendReq => "rdma_cma:cm_send_req",
         CmOp::TpSendRep => "rdma_cma:cm_send_rep",
         CmOp::TpSendRtu => "rdma_cma:cm_send_rtu",
@@ -423,13 +413,23 @@ impl CmCorrelator {
                 if self.handler_starts.len() >= MAX_PENDING_RESOLVES {
                     self.handler_starts.clear();
                 }
-                self.handler_starts
-                    .insert(call.tid, HandlerStart { call: *call });
+                self.handler_starts.entry(call.tid).or_default().push(*call);
             }
             CmOp::TpEventDone => {
-                if let Some(start) = self.handler_starts.remove(&call.tid) {
-                    let duration = since(start.call.start_ns, call.start_ns);
-                    self.on_event(&start.call, duration, call.status, out);
+                let start = self.handler_starts.get_mut(&call.tid).and_then(Vec::pop);
+                if self
+                    .handler_starts
+                    .get(&call.tid)
+                    .is_some_and(Vec::is_empty)
+                {
+                    self.handler_starts.remove(&call.tid);
+                }
+                if let Some(mut start) = start {
+                    // the id's state when the consumer's handler returned
+                    start.state_after = call.state;
+                    start.end_ns = call.start_ns;
+                    let duration = since(start.start_ns, call.start_ns);
+                    self.on_event(&start, duration, call.status, out);
                 }
             }
             CmOp::IbHandler | CmOp::IbReqHandler => {
@@ -453,11 +453,13 @@ impl CmCorrelator {
                         t.connect_start_ns.get_or_insert(call.start_ns);
                     }
                 }
+                self.state_at_tracepoint(call, out);
             }
             CmOp::TpSendRep | CmOp::TpQpCreate => {
                 if self.ensure(call, out) && call.rc == 0 {
                     self.join(call.cm_id, call.qp_num);
                 }
+                self.state_at_tracepoint(call, out);
             }
             CmOp::TpSendRtu => {
                 // The active side's establishment: for userspace ids the kernel
@@ -470,6 +472,7 @@ impl CmCorrelator {
                 }
             }
             CmOp::TpDisconnect => {
+                // rdma_disconnect() traces before it changes the state
                 if self.ensure(call, out) {
                     if let Some(state) = self.names.state_value("DISCONNECT") {
                         let label = self.names.state(state);
@@ -503,15 +506,10 @@ impl CmCorrelator {
             | CmOp::TpSentDreq
             | CmOp::TpSentDrep
             | CmOp::TpReqHandler => {}
-            CmOp::BindAddr
-            | CmOp::ResolveAddr
+            CmOp::ResolveAddr
             | CmOp::ResolveRoute
             | CmOp::Listen
-            | CmOp::Connect
-            | CmOp::Accept
-            | CmOp::Disconnect
             | CmOp::CreateQp
-            | CmOp::DestroyQp
             | CmOp::InitConnQp
             | CmOp::InitUdQp
             | CmOp::ModifyQpRtr
@@ -555,6 +553,13 @@ impl CmCorrelator {
                 }
             }
         }
+    }
+
+    /// A tracepoint reads the id's state when it fires: that is its state now.
+    fn state_at_tracepoint(&mut self, call: &CmCall, out: &mut impl Observer) {
+        let mut after = *call;
+        after.state_after = call.state;
+        self.after_call(&after, out);
     }
 
     /// State bookkeeping after a call that read the id's state at return.
@@ -663,6 +668,13 @@ mod tests {
         c
     }
 
+    /// A tracepoint hit that read the id's state.
+    fn tp_in(op: CmOp, cm_id: u32, qp_num: u32, at: u64, state_now: &str) -> CmCall {
+        let mut c = tp(op, cm_id, qp_num, at);
+        c.state = names().state_value(state_now);
+        c
+    }
+
     fn live(out: &[Observation]) -> HashMap<String, i64> {
         let mut m = HashMap::new();
         for o in out {
@@ -690,16 +702,14 @@ mod tests {
         resolve.id_ptr = 0x1002; // not attached yet: no res.id
         resolve.attached = false;
         vec![
-            call(CmOp::BindAddr, 1, 0, "ADDR_BOUND"),
             call(CmOp::Listen, 1, MS, "LISTEN"),
             resolve,
             handler(2, cm_event::ADDR_RESOLVED, 3 * MS, "ADDR_RESOLVED"),
             call(CmOp::ResolveRoute, 2, 4 * MS, "ROUTE_QUERY"),
             handler(2, cm_event::ROUTE_RESOLVED, 6 * MS, "ROUTE_RESOLVED"),
-            tp(CmOp::TpSendReq, 2, 17, 10 * MS),
-            call(CmOp::Connect, 2, 10 * MS, "CONNECT"),
+            tp_in(CmOp::TpSendReq, 2, 17, 10 * MS, "CONNECT"),
             handler(3, cm_event::CONNECT_REQUEST, 12 * MS, "CONNECT"),
-            tp(CmOp::TpSendRep, 3, 18, 15 * MS),
+            tp_in(CmOp::TpSendRep, 3, 18, 15 * MS, "CONNECT"),
             handler(2, cm_event::CONNECT_RESPONSE, 17 * MS, "CONNECT"),
             tp(CmOp::TpSendRtu, 2, 0, 19 * MS),
             handler(3, cm_event::ESTABLISHED, 21 * MS, "CONNECT"),
@@ -787,7 +797,7 @@ mod tests {
             c.handle(&e, &mut out);
         }
         for e in [
-            call(CmOp::Disconnect, 2, 30 * MS, "DISCONNECT"),
+            tp_in(CmOp::TpDisconnect, 2, 0, 30 * MS, "ESTABLISHED"),
             handler(3, cm_event::DISCONNECTED, 31 * MS, "DISCONNECT"),
             handler(2, cm_event::DISCONNECTED, 32 * MS, "DISCONNECT"),
             tp(CmOp::TpIdDestroy, 3, 0, 40 * MS),
@@ -840,13 +850,17 @@ mod tests {
     }
 
     #[test]
-    fn tracepoint_fallback_pairs_handler_and_done() {
+    fn handler_tracepoints_pair_per_thread() {
         let mut c = CmCorrelator::new(names());
         let mut out = Vec::new();
-        let mut start = tp(CmOp::TpEventHandler, 3, 0, 10 * MS);
+        let mut start = tp_in(CmOp::TpEventHandler, 3, 0, 10 * MS, "CONNECT");
         start.event = cm_event::ESTABLISHED;
-        let mut done = tp(CmOp::TpEventDone, 3, 0, 10 * MS + 500);
+        let mut done = tp_in(CmOp::TpEventDone, 3, 0, 10 * MS + 500, "CONNECT");
         done.event = cm_event::ESTABLISHED;
+        // another thread's handler in between does not pair with ours
+        let mut other = tp(CmOp::TpEventHandler, 9, 0, 10 * MS + 100);
+        other.tid = 2;
+        c.handle(&other, &mut out);
         c.handle(&start, &mut out);
         c.handle(&done, &mut out);
         assert!(out.contains(&Observation::CmEvent {
@@ -879,7 +893,7 @@ mod tests {
     fn unattached_ids_are_not_tracked_but_id_zero_is_an_id() {
         let mut c = CmCorrelator::new(names());
         let mut out = Vec::new();
-        let mut unattached = call(CmOp::BindAddr, 0, 0, "ADDR_BOUND");
+        let mut unattached = call(CmOp::ResolveAddr, 0, 0, "ADDR_QUERY");
         unattached.attached = false;
         c.handle(&unattached, &mut out);
         assert_eq!(c.tracked(), 0);

@@ -184,7 +184,6 @@ pub fn all_hooks() -> Vec<Hook> {
     }
     for (entry, ret, function) in [
         ("cm_create_qp", "cm_create_qp_ret", "rdma_create_qp"),
-        ("cm_destroy_qp", "cm_destroy_qp_ret", "rdma_destroy_qp"),
         ("cm_init_conn_qp", "cm_init_conn_qp_ret", "cma_init_conn_qp"),
         ("cm_init_ud_qp", "cm_init_ud_qp_ret", "cma_init_ud_qp"),
         (
@@ -205,12 +204,32 @@ pub fn all_hooks() -> Vec<Hook> {
     ] {
         hooks.extend(kprobe_pair(entry, ret, function, KernelUlp, RdmaCm));
     }
+    for name in CMA_TRACEPOINTS {
+        hooks.push(Hook {
+            program: format!("tp_{name}"),
+            attach: Attach::RawTracepoint {
+                category: "rdma_cma",
+                name: name.to_owned(),
+            },
+            group: Cm,
+            instance: RdmaCm,
+            fallback_for: None,
+        });
+    }
+    // The raw tracepoints around the consumer's handler give what a kprobe
+    // pair on cma_cm_event_handler would: the pair stands by in case they
+    // cannot attach.
+    let [mut handler_entry, mut handler_return] = kprobe_pair(
+        "cm_event_handler",
+        "cm_event_handler_ret",
+        "cma_cm_event_handler",
+        Cm,
+        RdmaCm,
+    );
+    handler_entry.fallback_for = Some("raw_tracepoint:rdma_cma:cm_event_handler");
+    handler_return.fallback_for = Some("raw_tracepoint:rdma_cma:cm_event_done");
+    hooks.extend([handler_entry, handler_return]);
     for (entry, ret, function) in [
-        (
-            "cm_event_handler",
-            "cm_event_handler_ret",
-            "cma_cm_event_handler",
-        ),
         ("cm_ib_handler", "cm_ib_handler_ret", "cma_ib_handler"),
         (
             "cm_ib_req_handler",
@@ -222,7 +241,6 @@ pub fn all_hooks() -> Vec<Hook> {
             "cm_ucma_handler_ret",
             "ucma_event_handler",
         ),
-        ("cm_bind_addr", "cm_bind_addr_ret", "rdma_bind_addr"),
         (
             "cm_resolve_addr",
             "cm_resolve_addr_ret",
@@ -234,30 +252,8 @@ pub fn all_hooks() -> Vec<Hook> {
             "rdma_resolve_route",
         ),
         ("cm_listen", "cm_listen_ret", "rdma_listen"),
-        ("cm_connect", "cm_connect_ret", "rdma_connect_locked"),
-        ("cm_accept", "cm_accept_ret", "rdma_accept"),
-        ("cm_disconnect", "cm_disconnect_ret", "rdma_disconnect"),
     ] {
         hooks.extend(kprobe_pair(entry, ret, function, Cm, RdmaCm));
-    }
-    for name in CMA_TRACEPOINTS {
-        // The handler tracepoints give what the kprobe pair on
-        // cma_cm_event_handler gives: attached only when that is not.
-        let fallback_for = match name {
-            "cm_event_handler" => Some("kprobe:cma_cm_event_handler"),
-            "cm_event_done" => Some("kretprobe:cma_cm_event_handler"),
-            _ => None,
-        };
-        hooks.push(Hook {
-            program: format!("tp_{name}"),
-            attach: Attach::RawTracepoint {
-                category: "rdma_cma",
-                name: name.to_owned(),
-            },
-            group: Cm,
-            instance: RdmaCm,
-            fallback_for,
-        });
     }
     // IB CM protocol messages and errors, counted in the kernel.
     for name in IB_CM_TRACEPOINTS {
@@ -552,20 +548,24 @@ pub fn attach_instance(
         .iter()
         .filter(|(_, s)| *s == HookStatus::Attached)
         .count();
-    let failed: Vec<&str> = statuses
-        .iter()
-        .filter(|(_, s)| matches!(s, HookStatus::Detached(_)))
-        .map(|(l, _)| l.as_str())
-        .collect();
-    if failed.is_empty() {
+    // One warning per distinct reason, naming the hooks it applies to.
+    let mut by_reason: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (label, status) in &statuses {
+        if let HookStatus::Detached(reason) = status {
+            by_reason.entry(reason).or_default().push(label);
+        }
+    }
+    if by_reason.is_empty() {
         info!(instance = instance.kind.name(), attached, "hooks attached");
-    } else {
+    }
+    for (reason, hooks) in by_reason {
         warn!(
             instance = instance.kind.name(),
             attached,
-            failed = failed.len(),
-            "some hooks did not attach: {}",
-            failed.join(", ")
+            %reason,
+            "{} hooks not attached: {}",
+            hooks.len(),
+            hooks.join(", ")
         );
     }
     statuses

@@ -421,38 +421,47 @@ impl Tracer {
 
     /// Stops an instance's drain task (it drains what is left first) and
     /// takes the instance out, its counters read one last time.
-    async fn take(&mut self, kind: InstanceKind) -> Option<Instance> {
-        let removed = self
-            .counters
-            .lock()
-            .expect("not poisoned")
-            .instances
-            .remove(&kind);
-        if let Some(counters) = removed {
-            // what was lost since the last scrape is still counted
-            let mut last = CounterSet::default();
-            last.instances.insert(kind, counters);
-            last.refresh(&self.pipeline.lock().expect("not poisoned").metrics);
+    /// Detaches the given instances (off the event loop, while their drain
+    /// tasks keep reading), then stops the drains, which read what is left:
+    /// an event the kernel emitted before its hook went away is counted.
+    async fn stop_all(&mut self, kinds: &[InstanceKind]) {
+        let mut instances = Vec::new();
+        let mut drains = Vec::new();
+        for kind in kinds {
+            if let Some(running) = self.running.remove(kind) {
+                instances.push(running.instance);
+                drains.push((running.stop, running.drain));
+            }
         }
-        let running = self.running.remove(&kind)?;
-        let _ = running.stop.send(true);
-        let _ = running.drain.await;
-        Some(running.instance)
+        if instances.is_empty() {
+            return;
+        }
+        if let Err(error) = tokio::task::spawn_blocking(move || detach_all(instances)).await {
+            warn!(%error, "detaching");
+        }
+        for (stop, drain) in drains {
+            let _ = stop.send(true);
+            let _ = drain.await;
+        }
+        // what the kernel counted since the last scrape is still exported
+        let mut set = self.counters.lock().expect("not poisoned");
+        let mut last = CounterSet::default();
+        for kind in kinds {
+            if let Some(counters) = set.instances.remove(kind) {
+                last.instances.insert(*kind, counters);
+            }
+        }
+        drop(set);
+        last.refresh(&self.pipeline.lock().expect("not poisoned").metrics);
     }
 
     async fn stop(&mut self, kind: InstanceKind) {
-        if let Some(instance) = self.take(kind).await {
-            detach_all(vec![instance]);
-        }
+        self.stop_all(&[kind]).await;
     }
 
-    /// Drains and detaches every instance, all at once.
+    /// Detaches and drains every instance, all at once.
     pub async fn shutdown(&mut self) {
-        let mut instances = Vec::new();
-        for kind in InstanceKind::ALL {
-            instances.extend(self.take(kind).await);
-        }
-        detach_all(instances);
+        self.stop_all(&InstanceKind::ALL).await;
     }
 }
 

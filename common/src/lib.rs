@@ -152,8 +152,6 @@ pub mod hook {
 pub enum CmOp {
     /// `rdma_create_qp(id, pd, init_attr)`
     CreateQp = 1,
-    /// `rdma_destroy_qp(id)`
-    DestroyQp = 2,
     /// `cma_init_conn_qp(id_priv, qp)`: RESET→INIT of a connected kernel QP
     InitConnQp = 3,
     /// `cma_init_ud_qp(id_priv, qp)`: RESET→INIT→RTR→RTS of a kernel UD QP
@@ -172,14 +170,9 @@ pub enum CmOp {
     IbReqHandler = 10,
     /// `ucma_event_handler(cm_id, event)`: queueing of an event to userspace
     UcmaHandler = 11,
-    BindAddr = 12,
     ResolveAddr = 13,
     ResolveRoute = 14,
     Listen = 15,
-    /// `rdma_connect_locked(id, conn_param)`
-    Connect = 16,
-    Accept = 17,
-    Disconnect = 18,
     /// `rdma_cma:cm_send_req` (cm_id, qp_num)
     TpSendReq = 32,
     TpSendRep = 33,
@@ -192,16 +185,16 @@ pub enum CmOp {
     TpIdDestroy = 40,
     TpQpCreate = 41,
     TpQpDestroy = 42,
-    /// `rdma_cma:cm_event_handler`, used when the kprobe cannot attach
+    /// `rdma_cma:cm_event_handler`: delivery of an RDMA CM event (with
+    /// `cm_event_done`; the kprobe pair on cma_cm_event_handler is the fallback)
     TpEventHandler = 43,
     TpEventDone = 44,
     TpReqHandler = 45,
 }
 
 impl CmOp {
-    pub const ALL: [CmOp; 32] = [
+    pub const ALL: [CmOp; 27] = [
         CmOp::CreateQp,
-        CmOp::DestroyQp,
         CmOp::InitConnQp,
         CmOp::InitUdQp,
         CmOp::ModifyQpRtr,
@@ -211,13 +204,9 @@ impl CmOp {
         CmOp::IbHandler,
         CmOp::IbReqHandler,
         CmOp::UcmaHandler,
-        CmOp::BindAddr,
         CmOp::ResolveAddr,
         CmOp::ResolveRoute,
         CmOp::Listen,
-        CmOp::Connect,
-        CmOp::Accept,
-        CmOp::Disconnect,
         CmOp::TpSendReq,
         CmOp::TpSendRep,
         CmOp::TpSendRtu,

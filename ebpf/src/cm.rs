@@ -166,9 +166,11 @@ macro_rules! cma_qp_helper {
     };
 }
 
-// int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr) and friends:
-// the first argument is the embedded `struct rdma_cm_id`.
-cm_call!(cm_bind_addr, cm_bind_addr_ret, CmOp::BindAddr, id_priv_of);
+// int rdma_resolve_addr(struct rdma_cm_id *id, ...) and friends: the first
+// argument is the embedded `struct rdma_cm_id`. Connect, accept and
+// disconnect are seen through their tracepoints (cm_send_req, cm_send_rep,
+// cm_disconnect): every perf-based kprobe costs RCU grace periods, serialised,
+// when it is released.
 cm_call!(
     cm_resolve_addr,
     cm_resolve_addr_ret,
@@ -182,21 +184,6 @@ cm_call!(
     id_priv_of
 );
 cm_call!(cm_listen, cm_listen_ret, CmOp::Listen, id_priv_of);
-cm_call!(cm_connect, cm_connect_ret, CmOp::Connect, id_priv_of);
-cm_call!(cm_accept, cm_accept_ret, CmOp::Accept, id_priv_of);
-cm_call!(
-    cm_disconnect,
-    cm_disconnect_ret,
-    CmOp::Disconnect,
-    id_priv_of
-);
-// void rdma_destroy_qp(struct rdma_cm_id *id)
-cm_call!(
-    cm_destroy_qp,
-    cm_destroy_qp_ret,
-    CmOp::DestroyQp,
-    id_priv_of
-);
 
 // The static cma_*_qp helpers of drivers/infiniband/core/cma.c take the
 // rdma_id_private itself. cma_init_{conn,ud}_qp get the new QP as an argument
@@ -252,7 +239,8 @@ pub fn cm_create_qp_ret(ctx: RetProbeContext) -> u32 {
 
 /// `static int cma_cm_event_handler(struct rdma_id_private *id_priv,
 ///     struct rdma_cm_event *event)`: every RDMA CM event goes through it to
-/// the consumer's handler (ucma for userspace ids).
+/// the consumer's handler (ucma for userspace ids). The fallback for the
+/// cm_event_handler/cm_event_done raw tracepoints inside it.
 #[kprobe]
 pub fn cm_event_handler(ctx: ProbeContext) -> u32 {
     let id_priv: u64 = ctx.arg(0).unwrap_or(0);

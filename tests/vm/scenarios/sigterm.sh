@@ -1,0 +1,32 @@
+# SIGTERM in the middle of traffic: the agent exits 0, within the unit's
+# TimeoutStopSec, and leaves no kprobe, BPF program or link of its own behind.
+# How long the exit takes is a figure, not a pass/fail bound (this host is
+# shared and emulated): bench/shutdown.sh measures it.
+start_agent
+rping -s -P -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
+server=$!
+on_exit "kill $server"
+(while :; do rping -c -a "$RXE_ADDR" -C 20 >/dev/null 2>&1 || sleep 0.2; done) &
+traffic=$!
+on_exit "kill $traffic"
+wait_for_metric_at_least 'qpwatch_qp_created_total{qp_type="RC"}' 4 120 || fail "no traffic"
+t0=$(date +%s%N)
+kill -TERM "$AGENT_PID"
+rc=0
+wait "$AGENT_PID" || rc=$?
+t1=$(date +%s%N)
+AGENT_PID=
+elapsed_ms=$(((t1 - t0) / 1000000))
+log "exit after SIGTERM: rc=$rc in $elapsed_ms ms ($(grep -o 'detached hooks=[0-9]* detach_ms=[0-9]*' "$OUT/agent.log"))"
+assert_eq "exit code on SIGTERM" 0 "$rc"
+stop_timeout=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$REPO/packaging/qpwatch.service")
+[ "$elapsed_ms" -lt $((stop_timeout * 1000)) ] || fail "exit took $elapsed_ms ms, beyond TimeoutStopSec=${stop_timeout}s"
+kill "$traffic" "$server" 2>/dev/null || true
+ours='ib_create_qp_user|ib_create_qp_kernel|_ib_modify_qp|ib_destroy_qp_user|rdma_create_qp|cma_|ucma_event_handler|rdma_resolve_|rdma_listen'
+left=$(grep -E "$ours" /sys/kernel/debug/kprobes/list || true)
+[ -z "$left" ] || fail "kprobes left behind: $left"
+log "ok: no kprobes on our functions in /sys/kernel/debug/kprobes/list"
+progs=$(bpftool -j prog show | jq -r '.[].name // empty' | grep -E '^(qp_|cm_|tp_)' || true)
+[ -z "$progs" ] || fail "BPF programs left behind: $progs"
+links=$(bpftool -j link show | jq length)
+assert_eq "BPF links left" 0 "$links"
