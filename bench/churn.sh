@@ -16,7 +16,7 @@ others=$(pgrep -c qemu-system || true)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 rc=0
-out=$(SCENARIO_TIMEOUT=${SCENARIO_TIMEOUT:-2400} VM_TIMEOUT=${VM_TIMEOUT:-2700} tests/vm/run bench/churn) || rc=$?
+out=$(VM_TIMEOUT=${VM_TIMEOUT:-2700} tests/vm/run bench/churn) || rc=$?
 others_after=$(pgrep -c qemu-system || true)
 echo "$out" | grep '^vm:' | head -n 3
 dir=$(echo "$out" | sed -n 's/.*output in \([^ ]*\)$/\1/p' | head -n1)

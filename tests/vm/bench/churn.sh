@@ -10,6 +10,7 @@
 # with (flat-out churn at 1, 2, 4 threads; and the rate at which it drains a
 # ring it could not read for a while), /metrics scrape time with HOLD QPs open,
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
+# vm-timeout: 2400
 source "$REPO/tests/vm/bench/load_lib.sh"
 ROUNDS=${BENCH_ROUNDS:-3}
 LC=${BENCH_LIFECYCLES:-1000}
