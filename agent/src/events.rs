@@ -419,3 +419,174 @@ pub(crate) mod tests {
         assert_eq!(qp(&raw_bytes(&e)).unwrap().duration(), Duration::ZERO);
     }
 }
+
+/// Property tests of the decoder (proptest, a bounded number of cases in the
+/// normal `cargo test`): it must never panic on any bytes, must classify
+/// every malformed record, and must round-trip every well-formed one.
+#[cfg(test)]
+mod prop {
+    use proptest::prelude::*;
+    use qpwatch_common::{CmEvent, CmOp, EventKind, QpEvent, COMM_LEN, DEVICE_NAME_LEN};
+
+    use super::tests::raw_bytes;
+    use super::*;
+
+    const QP_LEN: usize = size_of::<QpEvent>();
+    const CM_LEN: usize = size_of::<CmEvent>();
+
+    fn config() -> ProptestConfig {
+        ProptestConfig {
+            cases: 2000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    prop_compose! {
+        fn qp_event()(
+            kind in 1u32..=3,
+            origin in any::<u32>(),
+            start_ns in any::<u64>(),
+            end_ns in any::<u64>(),
+            pid_tgid in any::<u64>(),
+            qp_num in any::<u32>(),
+            qp_type in any::<u32>(),
+            rc in any::<i32>(),
+            attr_mask in any::<u32>(),
+            new_state in 0u32..10,
+            comm in proptest::collection::vec(any::<u8>(), COMM_LEN),
+            device in proptest::collection::vec(any::<u8>(), DEVICE_NAME_LEN),
+        ) -> QpEvent {
+            let mut e = QpEvent::zeroed();
+            e.kind = kind;
+            e.origin = origin;
+            e.start_ns = start_ns;
+            e.end_ns = end_ns;
+            e.pid_tgid = pid_tgid;
+            e.qp_num = qp_num;
+            e.qp_type = qp_type;
+            e.rc = rc;
+            e.attr_mask = attr_mask;
+            e.new_state = new_state;
+            e.comm.copy_from_slice(&comm);
+            e.device.copy_from_slice(&device);
+            e
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// Any byte string: a record or a typed error, never a panic, and
+        /// the error is the one the bytes call for.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let result = decode(&bytes);
+            if bytes.len() < 4 {
+                prop_assert_eq!(result, Err(DecodeError::Short(bytes.len())));
+                return Ok(());
+            }
+            let kind = u32::from_ne_bytes(bytes[..4].try_into().unwrap());
+            match EventKind::from_u32(kind) {
+                None => prop_assert_eq!(result, Err(DecodeError::UnknownKind(kind))),
+                Some(EventKind::Cm) if bytes.len() != CM_LEN => {
+                    let is_bad_length = matches!(result, Err(DecodeError::BadLength { .. }));
+                    prop_assert!(is_bad_length);
+                }
+                Some(EventKind::Cm) => {
+                    let is_cm = matches!(result, Ok(Record::Cm(_)) | Err(DecodeError::UnknownOp(_)));
+                    prop_assert!(is_cm);
+                }
+                Some(k) if bytes.len() != QP_LEN => prop_assert_eq!(
+                    result,
+                    Err(DecodeError::BadLength { kind: k, len: bytes.len(), expected: QP_LEN })
+                ),
+                Some(_) => {
+                    let is_qp = matches!(result, Ok(Record::Qp(_)));
+                    prop_assert!(is_qp);
+                }
+            }
+        }
+
+        /// A well-formed QP record decodes to exactly its fields.
+        #[test]
+        fn qp_records_round_trip(e in qp_event()) {
+            let Ok(Record::Qp(call)) = decode(&raw_bytes(&e)) else {
+                return Err(TestCaseError::fail("not decoded as a QP record"));
+            };
+            prop_assert_eq!(call.start_ns, e.start_ns);
+            prop_assert_eq!(call.end_ns, e.end_ns);
+            prop_assert_eq!(call.pid, (e.pid_tgid >> 32) as u32);
+            prop_assert_eq!(call.tid, e.pid_tgid as u32);
+            prop_assert_eq!(call.qp_num, e.qp_num);
+            prop_assert_eq!(call.qp_type, QpType::from_kernel(e.qp_type));
+            prop_assert_eq!(call.rc, e.rc);
+            prop_assert_eq!(call.duration(), Duration::from_nanos(e.end_ns.saturating_sub(e.start_ns)));
+            prop_assert_eq!(call.device_bytes(), &e.device);
+            prop_assert_eq!(call.comm_bytes(), &e.comm);
+            // the printable names stop at the first NUL (or are "?")
+            let dev_end = e.device.iter().position(|&b| b == 0).unwrap_or(DEVICE_NAME_LEN);
+            prop_assert!(call.device() == "?" || call.device().as_bytes() == &e.device[..dev_end]);
+            match (EventKind::from_u32(e.kind).unwrap(), call.call) {
+                (EventKind::QpCreate, Call::Create { origin }) => prop_assert_eq!(
+                    origin,
+                    if e.origin == QpOrigin::Kernel as u32 { QpOrigin::Kernel } else { QpOrigin::User }
+                ),
+                (EventKind::QpModify, Call::Modify { to, attr_mask, invalid_state }) => {
+                    prop_assert_eq!(attr_mask, e.attr_mask);
+                    if e.attr_mask & IB_QP_STATE_MASK == 0 {
+                        prop_assert_eq!((to, invalid_state), (None, false));
+                    } else {
+                        let expected = QpState::from_kernel(e.new_state);
+                        prop_assert_eq!(to, expected);
+                        prop_assert_eq!(invalid_state, expected.is_none());
+                        prop_assert_eq!(expected.is_some(), e.new_state <= 6);
+                    }
+                }
+                (EventKind::QpDestroy, Call::Destroy) => {}
+                (kind, call) => return Err(TestCaseError::fail(format!("{kind:?} decoded as {call:?}"))),
+            }
+        }
+
+        /// Cutting or padding a valid record is always caught.
+        #[test]
+        fn truncated_or_padded_records_are_bad_length(e in qp_event(), cut in 4usize..QP_LEN, pad in 1usize..64) {
+            let bytes = raw_bytes(&e);
+            let short = decode(&bytes[..cut]);
+            let is_bad_length = matches!(short, Err(DecodeError::BadLength { len, .. }) if len == cut);
+            prop_assert!(is_bad_length);
+            let mut long = bytes.clone();
+            long.extend(std::iter::repeat_n(0u8, pad));
+            let is_bad_length = matches!(decode(&long), Err(DecodeError::BadLength { .. }));
+            prop_assert!(is_bad_length);
+        }
+
+        /// CM records: any op value is decoded or rejected as an unknown op;
+        /// the flags map to exactly the optional fields.
+        #[test]
+        fn cm_records_decode_or_reject_the_op(op in 0u32..80, flags in any::<u32>(), state in any::<u32>(), after in any::<u32>(), cm_id in any::<u32>()) {
+            let mut e = CmEvent::zeroed();
+            e.kind = EventKind::Cm as u32;
+            e.op = op;
+            e.flags = flags;
+            e.state = state;
+            e.state_after = after;
+            e.cm_id = cm_id;
+            match decode(&raw_bytes(&e)) {
+                Ok(Record::Cm(call)) => {
+                    prop_assert_eq!(Some(call.op), CmOp::from_u32(op));
+                    prop_assert_eq!(call.cm_id, cm_id);
+                    prop_assert_eq!(call.state, (flags & CM_FLAG_STATE != 0).then_some(state));
+                    prop_assert_eq!(call.state_after, (flags & CM_FLAG_STATE_AFTER != 0).then_some(after));
+                    prop_assert_eq!(call.user, flags & CM_FLAG_USER != 0);
+                    prop_assert_eq!(call.attached, flags & CM_FLAG_ATTACHED != 0);
+                }
+                Err(DecodeError::UnknownOp(o)) => {
+                    prop_assert_eq!(o, op);
+                    prop_assert!(CmOp::from_u32(op).is_none());
+                }
+                other => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
+            }
+        }
+    }
+}

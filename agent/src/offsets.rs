@@ -134,6 +134,12 @@ impl KernelBtf {
         &self.kernel
     }
 
+    /// Drops every cached BTF (vmlinux and modules); the next lookup re-reads it.
+    pub fn release(&mut self) {
+        self.vmlinux = None;
+        self.modules.clear();
+    }
+
     /// Drops the cached BTF of an unloaded module (it is re-read when it returns).
     pub fn forget(&mut self, module: &str) {
         self.modules.remove(module);

@@ -203,6 +203,7 @@ impl Tracer {
         let modules = loaded_modules();
         let modules_changed = modules != self.modules_seen;
         self.modules_seen = modules;
+        let mut started = false;
 
         for kind in InstanceKind::ALL {
             if !self.wanted(kind) {
@@ -213,7 +214,10 @@ impl Tracer {
                 .iter()
                 .all(|m| module_btf_present(&self.config.btf_dir, m));
             match (self.running.contains_key(&kind), present) {
-                (false, true) => self.start(kind),
+                (false, true) => {
+                    self.start(kind);
+                    started = true;
+                }
                 (false, false) => {
                     let missing: Vec<&str> = kind
                         .modules()
@@ -236,6 +240,12 @@ impl Tracer {
                 (true, true) if modules_changed => self.retry(kind),
                 (true, true) => {}
             }
+        }
+        if started {
+            // The parsed BTF (vmlinux's alone is ~10 MB in memory) is only
+            // needed to load an instance: re-read when a module comes back.
+            self.btf.release();
+            release_free_heap();
         }
         self.publish_statuses();
         if self.config.strict {
@@ -478,6 +488,17 @@ fn detach_all(instances: Vec<Instance>) {
         detach_ms = started.elapsed().as_millis() as u64,
         "detached"
     );
+}
+
+/// Returns freed heap pages to the kernel (glibc keeps them otherwise): the
+/// BTF parsing and program loading at start-up peak far above what the agent
+/// needs afterwards.
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own free lists; no pointer is passed.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

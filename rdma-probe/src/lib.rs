@@ -6,7 +6,9 @@
 //! - [`PersistentProbe`]: one connection kept up, rounds of ping-pongs.
 //! - [`Responder`]: accepts connections and echoes every message.
 //! - [`ProbeSummary`] / [`LatencySummary`]: statistics over outcomes.
+//! - [`Churn`]: QP lifecycle churn on plain verbs (the `qp-churn` load generator).
 
+mod churn;
 mod error;
 mod outcome;
 mod requester;
@@ -18,6 +20,9 @@ mod target;
 mod time;
 mod verbs;
 
+pub use churn::{
+    Churn, ChurnConfig, ChurnControl, ChurnCounts, ChurnLatencies, ChurnReport, Finished,
+};
 pub use error::{Errno, Error};
 pub use outcome::{
     CmEventKind, ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind, QpState, Step,

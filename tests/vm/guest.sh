@@ -49,7 +49,9 @@ for scenario in "$@"; do
   mkdir -p "$out"
   start=$(date +%s)
   echo "guest: === $scenario"
-  OUT=$out timeout --kill-after=10 "${SCENARIO_TIMEOUT:-300}" \
+  # a scenario may ask for more time with a "# vm-timeout: SECONDS" line
+  limit=$(sed -n 's/^# vm-timeout: \([0-9]*\)$/\1/p' "$script" | head -n1)
+  OUT=$out timeout --kill-after=10 "${SCENARIO_TIMEOUT:-${limit:-300}}" \
     bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
     >"$out/log" 2>&1
   rc=$?

@@ -1,0 +1,184 @@
+# Benchmark (prints figures, asserts only that everything ran): the cost of
+# watching QP lifecycles. qp-churn (loopback RC pairs: create, INIT, RTR,
+# RTS, destroy; 1 thread, flat out) runs with
+#   (a) nothing attached,
+#   (b) qpwatch attached (default flags),
+#   (c) bpftrace bench/qpwatch.bt attached (same hooks, per-QP maps in the kernel),
+# interleaved, ROUNDS times; per-operation latency medians (the median over
+# rounds of each run's p50) and the ratios (b)/(a), (c)/(a). Then, with the
+# agent attached: agent CPU per 1,000 lifecycles, the event rate it keeps up
+# with (flat-out churn at 1, 2, 4 threads; and the rate at which it drains a
+# ring it could not read for a while), /metrics scrape time with HOLD QPs open,
+# and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
+# vm-timeout: 2400
+source "$REPO/tests/vm/bench/load_lib.sh"
+ROUNDS=${BENCH_ROUNDS:-3}
+LC=${BENCH_LIFECYCLES:-1000}
+RAMP_LC=${BENCH_RAMP_LIFECYCLES:-2500}
+HOLD=${BENCH_HOLD:-10000}
+summary=$OUT/summary.txt table=$OUT/table.md
+: >"$summary"
+: >"$table"
+say() { echo "$*" | tee -a "$summary" >&2; }
+row() { echo "$*" >>"$table"; }
+OPS=(create modify_init modify_rtr modify_rts destroy)
+
+# p50s RUN: "create init rtr rts destroy lifecycle" in ns (lifecycle: churn time per lifecycle).
+p50s() {
+  jq -r '[.latency.create.p50_ns, .latency.modify_init.p50_ns, .latency.modify_rtr.p50_ns,
+          .latency.modify_rts.p50_ns, .latency.destroy.p50_ns, (.churn_elapsed_ns / .counts.lifecycles | floor)] | @tsv' "$OUT/$1.json"
+}
+# agent_churn NAME [flags]: a churn with the agent attached; waits until its
+# events have arrived; sets TICKS (agent CPU during it) and LOST (delta).
+agent_churn() {
+  local name=$1 b a want c0
+  shift
+  b=$(scrape "$name-before")
+  c0=$(cpu_ticks "$AGENT_PID")
+  churn "$name" "$@"
+  want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
+  arrived() { [ "$(qp_events "$(scrape "$name-after")")" -ge "$want" ] || [ "$(metric "$OUT/$name-after.prom" qpwatch_events_lost_total)" -gt "$(metric "$b" qpwatch_events_lost_total)" ]; }
+  wait_until 60 arrived || log "$name: events missing"
+  TICKS=$(($(cpu_ticks "$AGENT_PID") - c0))
+  a=$(scrape "$name-after")
+  LOST=$(delta "$b" "$a" qpwatch_events_lost_total)
+  AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
+}
+start_bpftrace() {
+  BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$REPO/bench/qpwatch.bt" $OFFSETS >"$OUT/bpftrace-$1.out" 2>&1 &
+  BT_PID=$!
+  wait_until 180 grep -q Attaching "$OUT/bpftrace-$1.out" || { cat "$OUT/bpftrace-$1.out" >&2; fail "bpftrace did not attach"; }
+  sleep 1
+}
+stop_bpftrace() {
+  kill -INT "$BT_PID"
+  wait "$BT_PID" || true
+  BT_PID=
+}
+on_exit '[ -z "$BT_PID" ] || kill -INT $BT_PID'
+
+AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
+declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
+cpu_per_k=()
+say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds"
+for r in $(seq 1 "$ROUNDS"); do
+  churn "a$r" --lifecycles "$LC" --threads 1
+  : >"$OUT/agent.log"
+  start_agent
+  [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
+  agent_churn "b$r" --lifecycles "$LC" --threads 1
+  B_LOST=$((B_LOST + LOST))
+  cpu_per_k+=("$(awk -v t="$TICKS" -v hz="$CLK_TCK" -v n="$LC" 'BEGIN { printf "%.2f", t / hz / n * 1000 }')")
+  stop_agent
+  start_bpftrace "$r"
+  churn "c$r" --lifecycles "$LC" --threads 1
+  stop_bpftrace
+  grep -q '^@created: ' "$OUT/bpftrace-$r.out" || fail "bpftrace printed no @created"
+  line="round $r: per lifecycle"
+  for m in a b c; do
+    read -r -a v < <(p50s "$m$r")
+    for i in 0 1 2 3 4 5; do P50[$m,$i]="${P50[$m,$i]:-} ${v[$i]}"; done
+    line="$line $m ${v[5]} ns"
+  done
+  la=$(p50s "a$r" | cut -f6) lb=$(p50s "b$r" | cut -f6) lc=$(p50s "c$r" | cut -f6)
+  say "$line | (b)/(a) $(ratio "$lb" "$la") (c)/(a) $(ratio "$lc" "$la") | agent CPU ${cpu_per_k[-1]} s/1000 lifecycles, lost $LOST | bpftrace @created $(sed -n 's/^@created: //p' "$OUT/bpftrace-$r.out")"
+done
+
+us() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1000 }'; }
+row "| operation | (a) nothing, µs | (b) qpwatch, µs | (c) bpftrace, µs | (b)/(a) | (c)/(a) |"
+row "| --- | ---: | ---: | ---: | ---: | ---: |"
+names=(ibv_create_qp "ibv_modify_qp → INIT" "ibv_modify_qp → RTR" "ibv_modify_qp → RTS" ibv_destroy_qp "whole lifecycle (churn time / QP)")
+for i in 0 1 2 3 4 5; do
+  ma=$(median ${P50[a,$i]}) mb=$(median ${P50[b,$i]}) mc=$(median ${P50[c,$i]})
+  row "| ${names[$i]} | $(us "$ma") | $(us "$mb") | $(us "$mc") | $(ratio "$mb" "$ma") | $(ratio "$mc" "$ma") |"
+  say "median p50 ${names[$i]}: a $(us "$ma") us, b $(us "$mb") us, c $(us "$mc") us; (b)/(a) $(ratio "$mb" "$ma"), (c)/(a) $(ratio "$mc" "$ma")"
+  if [ "$i" -eq 5 ]; then RB=$(ratio "$mb" "$ma") RC=$(ratio "$mc" "$ma"); fi
+done
+cpu_med=$(median "${cpu_per_k[@]}")
+
+# --- the agent alone: sustained rate, drain rate, scrape at HOLD live QPs, RSS
+: >"$OUT/agent.log"
+start_agent
+ramp=() best_rate=0 first_loss=
+for t in 1 2 4; do
+  agent_churn "ramp$t" --lifecycles "$RAMP_LC" --threads "$t"
+  rate=$(jq -r '.counts.kernel_calls / (.churn_elapsed_ns / 1e9) | floor' "$OUT/ramp$t.json")
+  say "flat-out churn, $t threads: $rate events/s offered ($(jq -r '.lifecycles_per_s | floor' "$OUT/ramp$t.json") lifecycles/s), lost $LOST, agent CPU $(ticks_to_s "$TICKS") s"
+  ramp+=("$t threads: $rate/s, lost $LOST")
+  if [ "$LOST" -eq 0 ]; then [ "$rate" -gt "$best_rate" ] && best_rate=$rate; else first_loss=${first_loss:-$rate}; fi
+done
+# Drain rate: the agent is stopped while a burst that fits the ring is
+# written, then continued; time until every event is received.
+b=$(scrape drain-before)
+kill -STOP "$AGENT_PID"
+on_exit "kill -CONT $AGENT_PID"
+churn drain --lifecycles 1500 --threads 2
+want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/drain.json")))
+c0=$(cpu_ticks "$AGENT_PID")
+t0=$(date +%s%N)
+kill -CONT "$AGENT_PID"
+drained() { [ "$(qp_events "$(scrape drain-after)")" -ge "$want" ]; }
+wait_until 120 drained || log "drain: events missing"
+t1=$(date +%s%N)
+drain_events=$(($(qp_events "$OUT/drain-after.prom") - $(qp_events "$b")))
+drain_lost=$(delta "$b" "$OUT/drain-after.prom" qpwatch_events_lost_total)
+drain_rate=$(awk -v n="$drain_events" -v ns="$((t1 - t0))" 'BEGIN { printf "%d", n / (ns / 1e9) }')
+drain_cpu=$(ticks_to_s $(($(cpu_ticks "$AGENT_PID") - c0)))
+say "drain: $drain_events buffered events received in $(((t1 - t0) / 1000000)) ms after SIGCONT ($drain_rate events/s, lower bound: polled by scrapes; agent CPU $drain_cpu s), lost $drain_lost"
+AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + 1500))
+scrape_ms() {
+  local i
+  for i in $(seq 1 "$1"); do curl -fsS -o /dev/null -w '%{time_total}\n' "http://$AGENT_ADDR/metrics"; done | awk '{ printf "%.2f\n", $1 * 1000 }'
+}
+read -r -a s0 < <(scrape_ms 11 | tr '\n' ' ')
+scrape_idle=$(median "${s0[@]}")
+base=$(metric "$(scrape hold-before)" qpwatch_qps)
+"$CHURN" --hold "$HOLD" --lifecycles 0 --threads 2 --status-file "$OUT/hold-status.json" >"$OUT/hold.json" 2>"$OUT/hold.log" &
+holder=$!
+on_exit "kill -9 $holder"
+wait_phase "$OUT/hold-status.json" holding 900 || fail "qp-churn did not hold $HOLD QPs"
+wait_for_metric qpwatch_qps $((base + HOLD)) 120 || fail "agent does not show $HOLD more live QPs"
+read -r -a s1 < <(scrape_ms 21 | tr '\n' ' ')
+scrape_hold=$(median "${s1[@]}")
+scrape_hold_max=$(printf '%s\n' "${s1[@]}" | sort -g | tail -n1)
+bytes=$(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c)
+rss_hold=$(status_kib "$AGENT_PID" VmRSS)
+say "scrape: median $scrape_idle ms with $base live QPs; median $scrape_hold ms (max $scrape_hold_max ms, $bytes bytes) with $((base + HOLD)) live QPs; RSS then $rss_hold KiB"
+kill -TERM "$holder"
+wait "$holder" || fail "qp-churn (hold) failed"
+holder=
+wait_for_metric qpwatch_qps "$base" 300 || fail "held QPs not released in the agent's view"
+AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + HOLD))
+end=$(scrape end)
+AGENT_LOST=$((B_LOST + $(metric "$end" qpwatch_events_lost_total)))
+peak=$(status_kib "$AGENT_PID" VmHWM)
+rss_end=$(status_kib "$AGENT_PID" VmRSS)
+stop_agent
+say "agent: peak RSS (VmHWM) $peak KiB, RSS at the end $rss_end KiB; $AGENT_LIFECYCLES lifecycles seen by the agents (the (b) runs, the ramp, the drain, the held QPs), lost $AGENT_LOST"
+
+met() { if awk "BEGIN { exit !($1) }"; then echo met; else echo "**unmet**"; fi; }
+slow_b=$(awk -v r="$RB" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
+slow_c=$(awk -v r="$RC" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
+peak_mib=$(awk -v k="$peak" 'BEGIN { printf "%.1f", k / 1024 }')
+row ""
+row "| figure | value |"
+row "| --- | ---: |"
+row "| churn-loop slowdown, qpwatch (b) | +$slow_b % |"
+row "| churn-loop slowdown, bpftrace (c) | +$slow_c % |"
+row "| agent CPU per 1,000 QP lifecycles (median of $ROUNDS runs) | $cpu_med s |"
+row "| highest offered rate with 0 lost (flat-out churn; ${ramp[*]}) | $best_rate events/s${first_loss:+ (first loss at $first_loss/s)} |"
+row "| drain rate of a full backlog ($drain_events events) | ≥ $drain_rate events/s |"
+row "| /metrics scrape, $base live QPs (median of 11) | $scrape_idle ms |"
+row "| /metrics scrape, $((base + HOLD)) live QPs (median of 21, max) | $scrape_hold ms ($scrape_hold_max ms) |"
+row "| agent RSS with $((base + HOLD)) live QPs | $(awk -v k="$rss_hold" 'BEGIN { printf "%.1f", k / 1024 }') MiB |"
+row "| agent peak RSS (VmHWM) | $peak_mib MiB |"
+row "| events lost, all agent runs ($AGENT_LIFECYCLES lifecycles) | $AGENT_LOST |"
+row ""
+row "| goal | figure | |"
+row "| --- | --- | --- |"
+row "| qpwatch slowdown ≤ ½ of bpftrace's | +$slow_b % vs +$slow_c % | $(met "($RB - 1) <= 0.5 * ($RC - 1)") |"
+row "| 0 lost over 10,000 lifecycles | $AGENT_LOST lost over $AGENT_LIFECYCLES | $(met "$AGENT_LOST == 0 && $AGENT_LIFECYCLES >= 10000") |"
+row "| scrape ≤ 5 ms at 10,000 live QPs | $scrape_hold ms | $(met "$scrape_hold <= 5 && $HOLD >= 10000") |"
+row "| agent RSS ≤ 40 MiB | $peak_mib MiB peak | $(met "$peak <= 40 * 1024") |"
+row "| agent CPU per 1,000 lifecycles reported | $cpu_med s | reported |"
+cat "$table" >&2

@@ -1,0 +1,63 @@
+# Helpers for the churn benchmark (tests/vm/bench/churn.sh) and the load_*
+# scenarios, sourced after tests/vm/lib.sh. Not a scenario itself.
+
+CHURN=$BIN/qp-churn
+CLK_TCK=$(getconf CLK_TCK)
+# one QP lifecycle: create, modify INIT, RTR, RTS, destroy
+EVENTS_PER_LIFECYCLE=5
+
+# churn NAME [qp-churn flags...]: runs the generator to its end; its JSON
+# report is $OUT/NAME.json. Fails unless it exits 0 (no failed verbs call).
+churn() {
+  local name=$1 rc=0
+  shift
+  "$CHURN" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log" || rc=$?
+  [ "$rc" -eq 0 ] || { cat "$OUT/$name.log" >&2; head -c 2000 "$OUT/$name.json" >&2; fail "$name: qp-churn exited $rc"; }
+}
+
+# counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"
+# of a qp-churn report or status file (one jq run: jq is slow under TCG).
+counts() {
+  jq -r '.counts | "\(.create_calls) \(.modify_calls) \(.destroy_calls) \(.kernel_calls) \(.qps_created) \(.qps_destroyed) \(.create_failed + .modify_failed + .destroy_failed)"' "$1"
+}
+
+# wait_phase STATUS_FILE PHASE TIMEOUT_S: until qp-churn's status file says PHASE.
+wait_phase() {
+  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$1"
+}
+
+# cpu_ticks PID: user + system CPU time of a process, in clock ticks (CLK_TCK a second).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# ticks_to_s TICKS
+ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }'; }
+
+# status_kib PID FIELD: a /proc/PID/status field in KiB (VmRSS, VmHWM).
+status_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+
+# qp_events FILE: events received of the three QP kinds (a scrape file).
+qp_events() {
+  echo $(($(metric "$1" 'qpwatch_events_total{kind="qp_create"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_modify"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_destroy"}')))
+}
+
+# negative_gauges FILE: number of qpwatch_qps series below zero.
+negative_gauges() {
+  awk '/^qpwatch_qps\{/ && $NF + 0 < 0 { n++ } END { print n + 0 }' "$1"
+}
+
+# rdma_live_qps [JQ_SELECT]: QPs the kernel lists (`rdma res show qp`).
+rdma_live_qps() { rdma -j res show qp | jq "[.[] | select(${1:-true})] | length"; }
+
+# qp_offsets AGENT_LOG: "QP_NUM DEVICE ATTR_STATE" byte offsets of
+# ib_qp.qp_num, ib_qp.device and ib_qp_attr.qp_state, as the agent read them
+# from the running kernel's BTF (its "loading with offsets" log line).
+qp_offsets() {
+  grep -m1 'loading with offsets from BTF instance="ib_core"' "$1" | sed -E 's/.*ib_qp_device: ([0-9]+), ib_qp_qp_num: ([0-9]+),.*ib_qp_attr_qp_state: ([0-9]+),.*/\2 \1 \3/' |
+    grep -xE '[0-9]+ [0-9]+ [0-9]+'
+}
+
+# median VALUES...: the middle value (lower middle for an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# ratio A B: A / B with three decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
