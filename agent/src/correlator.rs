@@ -351,6 +351,74 @@ impl Correlator {
         true
     }
 
+    /// Makes the table agree with a snapshot of the kernel's QPs (netlink),
+    /// taken after the hooks were attached and the events of the attach
+    /// window were processed: a listed QP is adopted, or moved to its listed
+    /// state; a tracked QP the kernel does not list was destroyed while the
+    /// hooks were being attached (its destroy may never have been seen) and
+    /// is dropped. Returns (adopted, dropped).
+    pub fn reconcile(
+        &mut self,
+        listed: &[(&str, u32, QpType, QpState)],
+        out: &mut impl Observer,
+    ) -> (usize, usize) {
+        let mut seen = std::collections::HashSet::with_capacity(listed.len());
+        let mut adopted = 0;
+        for &(device, qp_num, qp_type, state) in listed {
+            let raw = device_bytes(device);
+            let (dev, label) = self.device(&raw, device, out);
+            let k = key(dev, qp_num);
+            seen.insert(k);
+            match self.qps.get_mut(&k) {
+                Some(t) if t.state != state => {
+                    out.observe(Observation::LiveQps {
+                        device: Arc::clone(&t.device),
+                        qp_type: t.qp_type,
+                        state: t.state,
+                        delta: -1,
+                    });
+                    t.state = state;
+                    t.state_since_ns = None;
+                    t.reached_rts |= state == QpState::Rts;
+                    out.observe(Observation::LiveQps {
+                        device: Arc::clone(&t.device),
+                        qp_type: t.qp_type,
+                        state,
+                        delta: 1,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    self.insert(
+                        k,
+                        Tracked {
+                            device: label,
+                            qp_type,
+                            state,
+                            created_ns: None,
+                            state_since_ns: None,
+                            reached_rts: state == QpState::Rts,
+                            generation: 0,
+                        },
+                        out,
+                    );
+                    adopted += 1;
+                }
+            }
+        }
+        let stale: Vec<u64> = self
+            .qps
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .copied()
+            .collect();
+        for &k in &stale {
+            self.remove(k, out);
+        }
+        out.tracked_qps(self.qps.len());
+        (adopted, stale.len())
+    }
+
     fn insert(&mut self, k: u64, mut tracked: Tracked, out: &mut impl Observer) {
         if self.qps.len() >= self.limits.max_tracked_qps {
             self.evict_oldest(out);
@@ -776,6 +844,25 @@ mod tests {
         let (c, out) = run(&[create(8, 0, 1), modify(8, Init, 2, 3), create(8, 10, 11)]);
         assert_eq!(c.tracked(), 1);
         assert_eq!(live_sum(&out), HashMap::from([(Reset, 1)]));
+    }
+
+    #[test]
+    fn reconcile_adopts_listed_updates_states_and_drops_unlisted() {
+        let mut c = Correlator::new(Limits::default());
+        let mut out = Vec::new();
+        // seen while the hooks were being attached: 1 (reached INIT), 2 (its destroy missed)
+        c.handle(&create(1, 0, 1), &mut out);
+        c.handle(&modify(1, Init, 2, 3), &mut out);
+        c.handle(&create(2, 4, 5), &mut out);
+        let listed = [("rxe0", 1, QpType::Rc, Rts), ("rxe0", 3, QpType::Rc, Rtr)];
+        assert_eq!(c.reconcile(&listed, &mut out), (1, 1));
+        assert_eq!(c.tracked(), 2);
+        assert_eq!(c.state_of("rxe0", 1), Some(Rts));
+        assert_eq!(c.state_of("rxe0", 2), None);
+        assert_eq!(live_sum(&out), HashMap::from([(Rtr, 1), (Rts, 1)]));
+        // a later destroy of the dropped QP is an untracked one, not a negative gauge
+        c.handle(&destroy(2, 6, 7), &mut out);
+        assert!(live_sum(&out).values().all(|&n| n >= 0));
     }
 
     #[test]

@@ -332,13 +332,14 @@ impl Tracer {
         let mut ring = instance.take_events().map_err(|e| e.to_string())?;
         let counters = instance.take_counters().map_err(|e| e.to_string())?;
 
+        // Events of the attach window first (some hooks were attached before
+        // others, so they may tell half a story), then the kernel's own list,
+        // taken after every hook is attached, which wins over them; the events
+        // still in the ring are newer than both.
+        self.pipeline.lock().expect("not poisoned").drain(&mut ring);
         if self.config.reconcile {
-            // After attach, before the first drain: whatever the events say
-            // about these QPs afterwards is newer than the snapshot.
             self.reconcile(kind);
         }
-        // Events that arrived meanwhile are processed before the task starts.
-        self.pipeline.lock().expect("not poisoned").drain(&mut ring);
         let (stop, stop_rx) = watch::channel(false);
         match aya_log::EbpfLogger::init(instance.ebpf_mut()) {
             Ok(logger) => {
@@ -378,23 +379,21 @@ impl Tracer {
         let mut adopted = 0;
         match kind {
             InstanceKind::IbCore => {
-                for qp in &snapshot.qps {
-                    let Some(state) = QpState::from_kernel(u32::from(qp.state)) else {
-                        continue;
-                    };
-                    let qp_type = QpType::from_kernel(u32::from(qp.qp_type));
-                    if pipeline.correlator.adopt(
-                        &qp.device,
-                        qp.lqpn,
-                        qp_type,
-                        state,
-                        &mut pipeline.metrics,
-                    ) {
-                        adopted += 1;
-                    }
-                }
+                let listed: Vec<_> = snapshot
+                    .qps
+                    .iter()
+                    .filter_map(|qp| {
+                        let state = QpState::from_kernel(u32::from(qp.state))?;
+                        let qp_type = QpType::from_kernel(u32::from(qp.qp_type));
+                        Some((qp.device.as_str(), qp.lqpn, qp_type, state))
+                    })
+                    .collect();
+                let (adopted, dropped) = pipeline
+                    .correlator
+                    .reconcile(&listed, &mut pipeline.metrics);
                 info!(
                     adopted,
+                    dropped,
                     listed = snapshot.qps.len(),
                     "reconciled existing QPs"
                 );
