@@ -93,6 +93,16 @@ impl InstanceKind {
     }
 }
 
+/// How full the ring buffer gets before a record wakes the agent: a quarter
+/// of it, at most 64 KiB. Below that the agent drains on its timer
+/// ([`DRAIN_INTERVAL`]), so a burst costs one wakeup, not one per event.
+pub fn wakeup_bytes(ring_buffer_bytes: u32) -> u64 {
+    u64::from(ring_buffer_bytes / 4).min(64 * 1024)
+}
+
+/// How often the agent drains the ring buffer without being woken up.
+pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Debian's kernel refuses `perf_event_open` (which every kprobe attach goes
 /// through) without CAP_SYS_ADMIN when `kernel.perf_event_paranoid` is 3, its
 /// default: CAP_PERFMON alone is not enough (kernel/events/core.c,
@@ -346,9 +356,11 @@ impl Instance {
         cm_offsets: &CmOffsets,
         ring_buffer_bytes: u32,
     ) -> Result<Self, ProbeError> {
+        let wakeup = wakeup_bytes(ring_buffer_bytes);
         let ebpf = EbpfLoader::new()
             .override_global("OFFSETS", offsets, true)
             .override_global("CM_OFFSETS", cm_offsets, true)
+            .override_global("WAKEUP_BYTES", &wakeup, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(EBPF_OBJECT)?;
         Ok(Self {
@@ -605,6 +617,13 @@ pub fn attach_instance(
 #[cfg(test)]
 mod tests {
     use super::perf_event_paranoid_hint;
+
+    #[test]
+    fn wakeup_threshold_leaves_room_in_any_ring() {
+        assert_eq!(super::wakeup_bytes(4096), 1024);
+        assert_eq!(super::wakeup_bytes(1 << 20), 64 * 1024);
+        assert_eq!(super::wakeup_bytes(1 << 30), 64 * 1024);
+    }
 
     #[test]
     fn paranoid_hint_only_for_denied_perf_event_open_above_2() {

@@ -523,9 +523,15 @@ async fn drain_ring(
             return;
         }
     };
+    let mut timer = tokio::time::interval(crate::probes::DRAIN_INTERVAL);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
+            // records written without a wakeup (below the threshold)
+            _ = timer.tick() => {
+                pipeline.lock().expect("not poisoned").drain(ring.get_mut());
+            }
             guard = ring.readable_mut() => {
                 let Ok(mut guard) = guard else { break };
                 pipeline.lock().expect("not poisoned").drain(guard.get_inner_mut());

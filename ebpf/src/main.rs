@@ -36,6 +36,17 @@ pub(crate) static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets {
     valid: 0,
 });
 
+/// Bytes of unread records from which a record wakes the agent up; below it,
+/// records are written without a wakeup and the agent drains them on its own
+/// timer (one wakeup per batch instead of one per event). Set before load.
+#[no_mangle]
+static WAKEUP_BYTES: Global<u64> = Global::new(0);
+
+// include/uapi/linux/bpf.h: bpf_ringbuf_output() flags, bpf_ringbuf_query() flag.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
 /// Resized by the agent (`ring_buffer_bytes`) before load.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
@@ -156,7 +167,12 @@ pub(crate) fn finish<T: InFlight, C: EbpfContext>(
 
 #[inline(always)]
 pub(crate) fn emit<T>(event: &T) {
-    if EVENTS.output::<T>(event, 0).is_err() {
+    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    if EVENTS.output::<T>(event, flags).is_err() {
         count_lost(LostReason::RingBufferFull);
     }
 }
