@@ -178,6 +178,21 @@ struct Tracked {
     generation: u64,
 }
 
+impl Tracked {
+    /// A QP known from the kernel's list (netlink), not from its create event.
+    fn adopted(device: Label, qp_type: QpType, state: QpState) -> Self {
+        Self {
+            device,
+            qp_type,
+            state,
+            created_ns: None,
+            state_since_ns: None,
+            reached_rts: state == QpState::Rts,
+            generation: 0,
+        }
+    }
+}
+
 /// Interned device names: the QP key uses the index, metrics the (capped) label.
 #[derive(Debug)]
 struct Devices {
@@ -334,19 +349,7 @@ impl Correlator {
         if self.qps.contains_key(&k) {
             return false;
         }
-        self.insert(
-            k,
-            Tracked {
-                device: label,
-                qp_type,
-                state,
-                created_ns: None,
-                state_since_ns: None,
-                reached_rts: state == QpState::Rts,
-                generation: 0,
-            },
-            out,
-        );
+        self.insert(k, Tracked::adopted(label, qp_type, state), out);
         out.tracked_qps(self.qps.len());
         true
     }
@@ -389,19 +392,7 @@ impl Correlator {
                 }
                 Some(_) => {}
                 None => {
-                    self.insert(
-                        k,
-                        Tracked {
-                            device: label,
-                            qp_type,
-                            state,
-                            created_ns: None,
-                            state_since_ns: None,
-                            reached_rts: state == QpState::Rts,
-                            generation: 0,
-                        },
-                        out,
-                    );
+                    self.insert(k, Tracked::adopted(label, qp_type, state), out);
                     adopted += 1;
                 }
             }

@@ -214,8 +214,6 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     result
 }
 
-/// Starts, stops and restarts the responder and probe threads to match
-/// `settings` (blocking joins, off the event loop).
 /// `ib_core` is loaded (or built in): its device class exists.
 fn rdma_core_present() -> bool {
     std::path::Path::new("/sys/class/infiniband").exists()
@@ -231,6 +229,8 @@ async fn retry_responder(prober: &Arc<Mutex<Prober>>) {
     }
 }
 
+/// Starts, stops and restarts the responder and probe threads to match
+/// `settings` (blocking joins, off the event loop).
 async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
     let prober = Arc::clone(prober);
     let responder = settings.responder_listen;
