@@ -50,12 +50,15 @@ start_bpftrace() {
   wait_until 180 grep -q Attaching "$OUT/bpftrace-$1.out" || { cat "$OUT/bpftrace-$1.out" >&2; fail "bpftrace did not attach"; }
   sleep 1
 }
+# SIGTERM, not SIGINT: a background job of a non-interactive shell starts with
+# SIGINT ignored. bpftrace prints its maps on either.
 stop_bpftrace() {
-  kill -INT "$BT_PID"
+  kill -TERM "$BT_PID"
+  wait_until 60 bash -c "! kill -0 $BT_PID 2>/dev/null" || { kill -9 "$BT_PID"; fail "bpftrace did not exit on SIGTERM"; }
   wait "$BT_PID" || true
   BT_PID=
 }
-on_exit '[ -z "$BT_PID" ] || kill -INT $BT_PID'
+on_exit '[ -z "$BT_PID" ] || kill -9 $BT_PID'
 
 AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
