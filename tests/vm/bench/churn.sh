@@ -49,13 +49,17 @@ start_bpftrace() {
   BT_PID=$!
   wait_until 180 grep -q Attaching "$OUT/bpftrace-$1.out" || { cat "$OUT/bpftrace-$1.out" >&2; fail "bpftrace did not attach"; }
   sleep 1
+  # its kprobes are in place before the churn starts
+  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
 }
 # SIGTERM, not SIGINT: a background job of a non-interactive shell starts with
 # SIGINT ignored. bpftrace prints its maps on either.
 stop_bpftrace() {
   kill -TERM "$BT_PID"
-  wait_until 60 bash -c "! kill -0 $BT_PID 2>/dev/null" || { kill -9 "$BT_PID"; fail "bpftrace did not exit on SIGTERM"; }
+  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
+  local watchdog=$!
   wait "$BT_PID" || true
+  kill "$watchdog" 2>/dev/null || true
   BT_PID=
 }
 on_exit '[ -z "$BT_PID" ] || kill -9 $BT_PID'
@@ -75,8 +79,8 @@ for r in $(seq 1 "$ROUNDS"); do
   stop_agent
   start_bpftrace "$r"
   churn "c$r" --lifecycles "$LC" --threads 1
-  stop_bpftrace
-  grep -q '^@created: ' "$OUT/bpftrace-$r.out" || fail "bpftrace printed no @created"
+  stop_bpftrace "$r"
+  grep -q '^@created: ' "$OUT/bpftrace-$r.out" || say "round $r: bpftrace printed no @created ($(tail -n1 "$OUT/bpftrace-$r.out"))"
   line="round $r: per lifecycle"
   for m in a b c; do
     read -r -a v < <(p50s "$m$r")
@@ -115,12 +119,15 @@ done
 b=$(scrape drain-before)
 kill -STOP "$AGENT_PID"
 on_exit "kill -CONT $AGENT_PID"
-churn drain --lifecycles 1500 --threads 2
+churn drain --lifecycles 1000 --threads 2 # 5,000 records: well inside the 1 MiB ring
 want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/drain.json")))
 c0=$(cpu_ticks "$AGENT_PID")
 t0=$(date +%s%N)
 kill -CONT "$AGENT_PID"
-drained() { [ "$(qp_events "$(scrape drain-after)")" -ge "$want" ]; }
+drained() { # received, or lost if the burst did not fit after all
+  local s; s=$(scrape drain-after)
+  [ $(($(qp_events "$s") + $(delta "$b" "$s" qpwatch_events_lost_total))) -ge "$want" ]
+}
 wait_until 120 drained || log "drain: events missing"
 t1=$(date +%s%N)
 drain_events=$(($(qp_events "$OUT/drain-after.prom") - $(qp_events "$b")))
@@ -128,12 +135,12 @@ drain_lost=$(delta "$b" "$OUT/drain-after.prom" qpwatch_events_lost_total)
 drain_rate=$(awk -v n="$drain_events" -v ns="$((t1 - t0))" 'BEGIN { printf "%d", n / (ns / 1e9) }')
 drain_cpu=$(ticks_to_s $(($(cpu_ticks "$AGENT_PID") - c0)))
 say "drain: $drain_events buffered events received in $(((t1 - t0) / 1000000)) ms after SIGCONT ($drain_rate events/s, lower bound: polled by scrapes; agent CPU $drain_cpu s), lost $drain_lost"
-AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + 1500))
+AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + 1000))
 scrape_ms() {
   local i
   for i in $(seq 1 "$1"); do curl -fsS -o /dev/null -w '%{time_total}\n' "http://$AGENT_ADDR/metrics"; done | awk '{ printf "%.2f\n", $1 * 1000 }'
 }
-read -r -a s0 < <(scrape_ms 11 | tr '\n' ' ')
+mapfile -t s0 < <(scrape_ms 11)
 scrape_idle=$(median "${s0[@]}")
 base=$(metric "$(scrape hold-before)" qpwatch_qps)
 "$CHURN" --hold "$HOLD" --lifecycles 0 --threads 2 --status-file "$OUT/hold-status.json" >"$OUT/hold.json" 2>"$OUT/hold.log" &
@@ -141,7 +148,7 @@ holder=$!
 on_exit "kill -9 $holder"
 wait_phase "$OUT/hold-status.json" holding 900 || fail "qp-churn did not hold $HOLD QPs"
 wait_for_metric qpwatch_qps $((base + HOLD)) 120 || fail "agent does not show $HOLD more live QPs"
-read -r -a s1 < <(scrape_ms 21 | tr '\n' ' ')
+mapfile -t s1 < <(scrape_ms 21)
 scrape_hold=$(median "${s1[@]}")
 scrape_hold_max=$(printf '%s\n' "${s1[@]}" | sort -g | tail -n1)
 bytes=$(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c)
