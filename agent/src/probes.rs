@@ -165,6 +165,25 @@ impl Hook {
     }
 }
 
+/// The raw tracepoint `category:name`, attached by the program `tp_<name>`.
+fn raw_tracepoint(
+    category: &'static str,
+    name: &str,
+    group: Group,
+    instance: InstanceKind,
+) -> Hook {
+    Hook {
+        program: format!("tp_{name}"),
+        attach: Attach::RawTracepoint {
+            category,
+            name: name.to_owned(),
+        },
+        group,
+        instance,
+        fallback_for: None,
+    }
+}
+
 fn kprobe_pair(
     entry: &str,
     ret: &str,
@@ -238,16 +257,7 @@ pub fn all_hooks() -> Vec<Hook> {
         hooks.extend(kprobe_pair(entry, ret, function, KernelUlp, RdmaCm));
     }
     for name in CMA_TRACEPOINTS {
-        hooks.push(Hook {
-            program: format!("tp_{name}"),
-            attach: Attach::RawTracepoint {
-                category: "rdma_cma",
-                name: name.to_owned(),
-            },
-            group: Cm,
-            instance: RdmaCm,
-            fallback_for: None,
-        });
+        hooks.push(raw_tracepoint("rdma_cma", name, Cm, RdmaCm));
     }
     // The raw tracepoints around the consumer's handler give what a kprobe
     // pair on cma_cm_event_handler would: the pair stands by in case they
@@ -290,16 +300,7 @@ pub fn all_hooks() -> Vec<Hook> {
     }
     // IB CM protocol messages and errors, counted in the kernel.
     for name in IB_CM_TRACEPOINTS {
-        hooks.push(Hook {
-            program: format!("tp_{name}"),
-            attach: Attach::RawTracepoint {
-                category: "ib_cma",
-                name: name.to_owned(),
-            },
-            group: Cm,
-            instance: RdmaCm,
-            fallback_for: None,
-        });
+        hooks.push(raw_tracepoint("ib_cma", name, Cm, RdmaCm));
     }
     hooks
 }
