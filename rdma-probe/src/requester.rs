@@ -507,13 +507,7 @@ impl Connection {
         let mut rtt = None;
         let armed = &self.cq_armed;
         let mut spins: u32 = 0;
-        let mut wcs = [Completion {
-            wr_id: 0,
-            status: 0,
-            opcode: 0,
-            byte_len: 0,
-            vendor_err: 0,
-        }; 4];
+        let mut wcs = [Completion::default(); 4];
         while !(sent && rtt.is_some()) {
             let n = cq.poll(&mut wcs)?;
             let now = monotonic_ns();

@@ -518,13 +518,7 @@ impl Conn {
     }
 
     fn drain(&mut self) -> Result<u64, Error> {
-        let mut wcs = [Completion {
-            wr_id: 0,
-            status: 0,
-            opcode: 0,
-            byte_len: 0,
-            vendor_err: 0,
-        }; 16];
+        let mut wcs = [Completion::default(); 16];
         let mut echoed = 0;
         loop {
             let n = self.cq.poll(&mut wcs)?;

@@ -510,7 +510,7 @@ impl Drop for CompletionChannel {
 }
 
 /// A work completion, copied out of `struct ibv_wc`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Completion {
     pub wr_id: u64,
     pub status: u32,
