@@ -103,6 +103,17 @@ rdma_qps() {
   rdma -j res show qp | jq "[.[] | select($1)] | length"
 }
 
+# start_rping_traffic: a persistent rping server and clients connecting to it
+# over and over (20 pings each) until the scenario ends; their PIDs are in
+# $RPING_TRAFFIC, to stop them earlier.
+start_rping_traffic() {
+  rping -s -P -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
+  RPING_TRAFFIC=$!
+  (while :; do rping -c -a "$RXE_ADDR" -C 20 >/dev/null 2>&1 || sleep 0.2; done) &
+  RPING_TRAFFIC="$RPING_TRAFFIC $!"
+  on_exit "kill $RPING_TRAFFIC"
+}
+
 # wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
 # (a deadline, not a retry count: commands are slow under emulation).
 wait_until() {

@@ -6,12 +6,7 @@ ROUNDS=${BENCH_ROUNDS:-3}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary" >&2; }
-rping -s -P -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
-server=$!
-on_exit "kill $server"
-(while :; do rping -c -a "$RXE_ADDR" -C 20 >/dev/null 2>&1 || sleep 0.2; done) &
-traffic=$!
-on_exit "kill $traffic"
+start_rping_traffic
 say "benchmark: SIGTERM to exit during rping traffic, QEMU TCG guest, $ROUNDS rounds per set"
 for groups in qp,cm,kernel-ulp qp; do
   exits=() detaches=()

@@ -3,12 +3,7 @@
 # How long the exit takes is a figure, not a pass/fail bound (this host is
 # shared and emulated): bench/shutdown.sh measures it.
 start_agent
-rping -s -P -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
-server=$!
-on_exit "kill $server"
-(while :; do rping -c -a "$RXE_ADDR" -C 20 >/dev/null 2>&1 || sleep 0.2; done) &
-traffic=$!
-on_exit "kill $traffic"
+start_rping_traffic
 wait_for_metric_at_least 'qpwatch_qp_created_total{qp_type="RC"}' 4 120 || fail "no traffic"
 t0=$(date +%s%N)
 kill -TERM "$AGENT_PID"
@@ -21,7 +16,7 @@ log "exit after SIGTERM: rc=$rc in $elapsed_ms ms ($(grep -o 'detached hooks=[0-
 assert_eq "exit code on SIGTERM" 0 "$rc"
 stop_timeout=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$REPO/packaging/qpwatch.service")
 [ "$elapsed_ms" -lt $((stop_timeout * 1000)) ] || fail "exit took $elapsed_ms ms, beyond TimeoutStopSec=${stop_timeout}s"
-kill "$traffic" "$server" 2>/dev/null || true
+kill $RPING_TRAFFIC 2>/dev/null || true
 ours='ib_create_qp_user|ib_create_qp_kernel|_ib_modify_qp|ib_destroy_qp_user|rdma_create_qp|cma_|ucma_event_handler|rdma_resolve_|rdma_listen'
 left=$(grep -E "$ours" /sys/kernel/debug/kprobes/list || true)
 [ -z "$left" ] || fail "kprobes left behind: $left"
