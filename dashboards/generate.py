@@ -580,6 +580,18 @@ def overview():
         "s",
         "Mean run time of one invocation of each hook's BPF program (--bpf-stats).",
     ), w=12)
+    b.add(timeseries(
+        "Agent CPU",
+        [q("sum by (instance) (rate(process_cpu_seconds_total{%s}[%s]))" % (SEL, RI), "{{instance}}")],
+        "percentunit",
+        "Share of one CPU the qpwatch process uses (user + system; Prometheus process collector).",
+    ), w=12)
+    b.add(timeseries(
+        "Agent resident memory",
+        [q("sum by (instance) (process_resident_memory_bytes{%s})" % SEL, "{{instance}}")],
+        "bytes",
+        "Resident set size of the qpwatch process.",
+    ), w=12)
     return dashboard(
         "qpwatch-overview",
         "qpwatch overview",
