@@ -199,6 +199,14 @@ pub enum Record {
 }
 
 impl Record {
+    /// When the kernel call (or tracepoint) completed and the record was written.
+    pub fn end_ns(&self) -> u64 {
+        match self {
+            Record::Qp(call) => call.end_ns,
+            Record::Cm(call) => call.end_ns,
+        }
+    }
+
     pub fn kind_label(&self) -> &'static str {
         match self {
             Record::Qp(call) => call.kind_label(),

@@ -8,6 +8,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    os::fd::{AsFd, OwnedFd},
     path::PathBuf,
     sync::{Arc, Mutex},
 };
@@ -329,14 +330,22 @@ impl Tracer {
             }
             self.statuses.insert(label, status);
         }
-        let mut ring = instance.take_events().map_err(|e| e.to_string())?;
+        let ring = instance.take_events().map_err(|e| e.to_string())?;
         let counters = instance.take_counters().map_err(|e| e.to_string())?;
 
         // Events of the attach window first (some hooks were attached before
         // others, so they may tell half a story), then the kernel's own list,
         // taken after every hook is attached, which wins over them; the events
         // still in the ring are newer than both.
-        self.pipeline.lock().expect("not poisoned").drain(&mut ring);
+        let ring_fd = match ring.as_fd().try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(error) => return Err(format!("cannot poll the ring buffer: {error}")),
+        };
+        {
+            let mut pipeline = self.pipeline.lock().expect("not poisoned");
+            pipeline.add_ring(kind.name(), ring);
+            pipeline.drain();
+        }
         if self.config.reconcile {
             self.reconcile(kind);
         }
@@ -347,7 +356,12 @@ impl Tracer {
             }
             Err(error) => debug!(%error, "no eBPF log forwarding"),
         }
-        let drain = tokio::spawn(drain_ring(ring, Arc::clone(&self.pipeline), stop_rx));
+        let drain = tokio::spawn(drain_rings(
+            kind,
+            ring_fd,
+            Arc::clone(&self.pipeline),
+            stop_rx,
+        ));
         {
             let mut set = self.counters.lock().expect("not poisoned");
             set.instances.insert(kind, counters);
@@ -510,16 +524,25 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
-async fn drain_ring(
-    ring: aya::maps::RingBuf<aya::maps::MapData>,
+/// Wakes on one instance's ring (or the drain timer) and drains every ring,
+/// merged in kernel order (`Pipeline::drain`). On stop it drains what is
+/// left and takes its ring out of the pipeline.
+async fn drain_rings(
+    kind: InstanceKind,
+    ring_fd: OwnedFd,
     pipeline: Arc<Mutex<Pipeline>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd is dropped.
-    let mut ring = match unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) } {
+    let drain_all = || pipeline.lock().expect("not poisoned").drain();
+    // SAFETY: the OwnedFd is this task's own duplicate of the ring's map fd,
+    // open for as long as the AsyncFd that owns it.
+    let mut ring = match unsafe { AsyncFd::register_with_interest(ring_fd, Interest::READABLE) } {
         Ok(ring) => ring,
         Err(error) => {
             warn!(%error, "cannot poll the ring buffer");
+            let mut pipeline = pipeline.lock().expect("not poisoned");
+            pipeline.drain();
+            pipeline.remove_ring(kind.name());
             return;
         }
     };
@@ -530,18 +553,21 @@ async fn drain_ring(
             _ = stop.changed() => break,
             // records written without a wakeup (below the threshold)
             _ = timer.tick() => {
-                pipeline.lock().expect("not poisoned").drain(ring.get_mut());
+                drain_all();
             }
             guard = ring.readable_mut() => {
                 let Ok(mut guard) = guard else { break };
-                pipeline.lock().expect("not poisoned").drain(guard.get_inner_mut());
+                // cleared first: a record submitted while draining wakes us again
                 guard.clear_ready();
+                drain_all();
             }
         }
     }
     // Whatever is still in the ring is counted before the probes go away.
-    let flushed = pipeline.lock().expect("not poisoned").drain(ring.get_mut());
-    debug!(flushed, "drained the ring buffer");
+    let mut pipeline = pipeline.lock().expect("not poisoned");
+    let flushed = pipeline.drain();
+    pipeline.remove_ring(kind.name());
+    debug!(instance = kind.name(), flushed, "drained the ring buffers");
 }
 
 /// aya-log records from the programs go to the `log` facade (bridged into
