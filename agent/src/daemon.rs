@@ -41,6 +41,20 @@ pub enum Mode {
 
 /// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps against it
 /// (before 5.11, which moved to memcg accounting).
+/// Opts this process out of transparent huge pages. With THP `always`
+/// (Debian's default), khugepaged collapses the sparse heap left after the
+/// start-up BTF parsing is freed into 2 MiB pages (`collapse_huge_page`, up
+/// to 511 absent pages filled per huge page): measured +3.7 MiB of resident
+/// memory, without a single page fault, some seconds after start. An agent
+/// this small gains nothing from huge pages and should have a predictable RSS.
+fn disable_transparent_hugepages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc != 0 {
+        debug!(error = %std::io::Error::last_os_error(), "PR_SET_THP_DISABLE");
+    }
+}
+
 fn bump_memlock_rlimit() {
     let rlim = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
@@ -75,6 +89,7 @@ fn enable_bpf_stats(settings: &Settings) -> Option<OwnedFd> {
 
 pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Result<()> {
     bump_memlock_rlimit();
+    disable_transparent_hugepages();
     let notifier = Notifier::from_env();
     let _bpf_stats = enable_bpf_stats(&settings);
 
