@@ -9,7 +9,8 @@
 //! resumes it. With `--status-file`, the counts are written there (atomically)
 //! with a `phase`: `holding` once the held QPs are in RTS, `paused` once every
 //! worker is idle after SIGUSR1, `running` after SIGUSR2, `churned` when the
-//! lifecycles are done, `done` at the end.
+//! lifecycles are done, `held` instead when they are done and held QPs stay
+//! open (until `--hold-ms` or SIGTERM), `done` at the end.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -176,7 +177,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut finished = churn.finish();
-    write_status(status, "churned", &finished.counts())?;
+    let held = finished.counts().qps_held > 0 && !cli.exit_open;
+    write_status(
+        status,
+        if held { "held" } else { "churned" },
+        &finished.counts(),
+    )?;
     let stdout = std::io::stdout();
     if cli.exit_open {
         finished.leak();

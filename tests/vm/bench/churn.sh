@@ -146,7 +146,7 @@ base=$(metric "$(scrape hold-before)" qpwatch_qps)
 "$CHURN" --hold "$HOLD" --lifecycles 0 --threads 2 --status-file "$OUT/hold-status.json" >"$OUT/hold.json" 2>"$OUT/hold.log" &
 holder=$!
 on_exit "kill -9 $holder"
-wait_phase "$OUT/hold-status.json" holding 900 || fail "qp-churn did not hold $HOLD QPs"
+wait_phase "$OUT/hold-status.json" held 900 || fail "qp-churn did not hold $HOLD QPs"
 wait_for_metric qpwatch_qps $((base + HOLD)) 120 || fail "agent does not show $HOLD more live QPs"
 mapfile -t s1 < <(scrape_ms 21)
 scrape_hold=$(median "${s1[@]}")
