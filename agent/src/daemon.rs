@@ -39,8 +39,6 @@ pub enum Mode {
     Events,
 }
 
-/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps against it
-/// (before 5.11, which moved to memcg accounting).
 /// Opts this process out of transparent huge pages. With THP `always`
 /// (Debian's default), khugepaged collapses the sparse heap left after the
 /// start-up BTF parsing is freed into 2 MiB pages (`collapse_huge_page`, up
@@ -55,6 +53,8 @@ fn disable_transparent_hugepages() {
     }
 }
 
+/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps against it
+/// (before 5.11, which moved to memcg accounting).
 fn bump_memlock_rlimit() {
     let rlim = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
