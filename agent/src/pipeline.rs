@@ -14,21 +14,6 @@ use crate::{
 };
 
 /// Receives each decoded event with the correlators' view of it.
-impl Pipeline {
-    pub fn new(correlator: Correlator, cm: CmCorrelator, metrics: Metrics) -> Self {
-        Self {
-            correlator,
-            cm,
-            metrics,
-            sink: None,
-            own_calls: OwnCalls::default(),
-            own_pid: std::process::id(),
-            rings: Vec::new(),
-            batch: Vec::new(),
-        }
-    }
-}
-
 pub trait EventSink: Send {
     /// `from` is the QP's state before the call; `cm_id` the CM id it is joined to.
     fn qp(&mut self, call: &QpCall, from: Option<QpState>, cm_id: Option<u32>);
@@ -50,6 +35,19 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    pub fn new(correlator: Correlator, cm: CmCorrelator, metrics: Metrics) -> Self {
+        Self {
+            correlator,
+            cm,
+            metrics,
+            sink: None,
+            own_calls: OwnCalls::default(),
+            own_pid: std::process::id(),
+            rings: Vec::new(),
+            batch: Vec::new(),
+        }
+    }
+
     /// Adds an instance's ring buffer to the ones `drain` reads.
     pub fn add_ring(&mut self, name: &'static str, ring: RingBuf<MapData>) {
         self.rings.push((name, ring));
@@ -76,13 +74,7 @@ impl Pipeline {
         for (_, ring) in &mut self.rings {
             while let Some(bytes) = ring.next() {
                 received += 1;
-                match decode(&bytes) {
-                    Ok(record) => batch.push(record),
-                    Err(error) => {
-                        self.metrics.event_malformed(&error);
-                        warn!(%error, "dropping malformed ring-buffer record");
-                    }
-                }
+                batch.extend(decode_counted(&bytes, &self.metrics));
             }
         }
         // stable: each ring is already in submission order
@@ -94,13 +86,10 @@ impl Pipeline {
         received
     }
 
+    /// Decodes and processes one record outside any ring (benchmarks, replays).
     pub fn process(&mut self, bytes: &[u8]) {
-        match decode(bytes) {
-            Ok(record) => self.handle(record),
-            Err(error) => {
-                self.metrics.event_malformed(&error);
-                warn!(%error, "dropping malformed ring-buffer record");
-            }
+        if let Some(record) = decode_counted(bytes, &self.metrics) {
+            self.handle(record);
         }
     }
 
@@ -125,4 +114,14 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Decodes one ring-buffer record; a malformed one is counted and logged, not processed.
+fn decode_counted(bytes: &[u8], metrics: &Metrics) -> Option<Record> {
+    decode(bytes)
+        .map_err(|error| {
+            metrics.event_malformed(&error);
+            warn!(%error, "dropping malformed ring-buffer record");
+        })
+        .ok()
 }
