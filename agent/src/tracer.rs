@@ -531,21 +531,27 @@ async fn drain_rings(
     kind: InstanceKind,
     ring_fd: OwnedFd,
     pipeline: Arc<Mutex<Pipeline>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let drain_all = || pipeline.lock().expect("not poisoned").drain();
     // SAFETY: the OwnedFd is this task's own duplicate of the ring's map fd,
     // open for as long as the AsyncFd that owns it.
-    let mut ring = match unsafe { AsyncFd::register_with_interest(ring_fd, Interest::READABLE) } {
-        Ok(ring) => ring,
-        Err(error) => {
-            warn!(%error, "cannot poll the ring buffer");
-            let mut pipeline = pipeline.lock().expect("not poisoned");
-            pipeline.drain();
-            pipeline.remove_ring(kind.name());
-            return;
-        }
-    };
+    match unsafe { AsyncFd::register_with_interest(ring_fd, Interest::READABLE) } {
+        Ok(ring) => drain_until_stopped(ring, drain_all, stop).await,
+        Err(error) => warn!(%error, "cannot poll the ring buffer"),
+    }
+    // Whatever is still in the ring is counted before the probes go away.
+    let mut pipeline = pipeline.lock().expect("not poisoned");
+    let flushed = pipeline.drain();
+    pipeline.remove_ring(kind.name());
+    debug!(instance = kind.name(), flushed, "drained the ring buffers");
+}
+
+async fn drain_until_stopped(
+    mut ring: AsyncFd<OwnedFd>,
+    drain_all: impl Fn() -> usize,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut timer = tokio::time::interval(crate::probes::DRAIN_INTERVAL);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -563,11 +569,6 @@ async fn drain_rings(
             }
         }
     }
-    // Whatever is still in the ring is counted before the probes go away.
-    let mut pipeline = pipeline.lock().expect("not poisoned");
-    let flushed = pipeline.drain();
-    pipeline.remove_ring(kind.name());
-    debug!(instance = kind.name(), flushed, "drained the ring buffers");
 }
 
 /// aya-log records from the programs go to the `log` facade (bridged into
