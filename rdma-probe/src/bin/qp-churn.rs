@@ -177,12 +177,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut finished = churn.finish();
-    let held = finished.counts().qps_held > 0 && !cli.exit_open;
-    write_status(
-        status,
-        if held { "held" } else { "churned" },
-        &finished.counts(),
-    )?;
+    let counts = finished.counts();
+    let holding = counts.qps_held > 0;
+    let phase = if holding && !cli.exit_open {
+        "held"
+    } else {
+        "churned"
+    };
+    write_status(status, phase, &counts)?;
     let stdout = std::io::stdout();
     if cli.exit_open {
         finished.leak();
@@ -194,7 +196,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // The QPs are the kernel's to clean up now; no destructor runs.
         std::process::exit(if report.counts.failures() == 0 { 0 } else { 3 });
     }
-    if finished.counts().qps_held > 0 {
+    if holding {
         let until = cli
             .hold_ms
             .map(|ms| Instant::now() + Duration::from_millis(ms));
