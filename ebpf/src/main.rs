@@ -3,7 +3,10 @@
 //!
 //! Every kprobe records the call's arguments into an in-flight table keyed by
 //! (thread, hook); the matching kretprobe adds the return value and end time and
-//! emits one record into the `EVENTS` ring buffer. Struct field offsets come
+//! emits one record into the `EVENTS` ring buffer. A thread's entry is reused
+//! from call to call (written in place, disarmed after its return) rather than
+//! inserted and deleted each time: a hash update and a delete are the
+//! programs' most expensive steps, and the LRU table forgets dead threads. Struct field offsets come
 //! from the `OFFSETS`/`CM_OFFSETS` globals, which the agent fills from the
 //! running kernel's BTF.
 #![no_std]
@@ -54,8 +57,10 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub(crate) static PENDING: LruHashMap<PendingKey, QpEvent> = LruHashMap::with_max_entries(16384, 0);
 
+/// Lost events per [`LostReason`], all in one per-CPU entry: the agent reads
+/// every counter with one syscall at each scrape.
 #[map]
-static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_REASONS as u32, 0);
+static LOST: PerCpuArray<[u64; LOST_REASONS]> = PerCpuArray::with_max_entries(1, 0);
 
 /// `IS_ERR_VALUE()` in include/linux/err.h: the top 4095 addresses are errnos.
 pub(crate) const MAX_ERRNO: u64 = 4095;
@@ -96,9 +101,9 @@ pub(crate) fn read_device_name(device: u64, offsets: &KernelOffsets, out: &mut [
 
 #[inline(always)]
 pub(crate) fn count_lost(reason: LostReason) {
-    if let Some(counter) = LOST.get_ptr_mut(reason as u32) {
+    if let Some(counters) = LOST.get_ptr_mut(0) {
         // SAFETY: per-CPU slot; a BPF program is not preempted by itself on one CPU.
-        unsafe { *counter += 1 };
+        unsafe { (*counters)[reason as usize] += 1 };
     }
 }
 
@@ -117,14 +122,23 @@ pub(crate) fn pending_key(hook: u32) -> PendingKey {
     }
 }
 
-/// A record built at a kprobe and completed at its kretprobe.
-pub(crate) trait InFlight: 'static {
+/// A record built at a kprobe and completed at its kretprobe. Its `kind`
+/// (never 0 in an event) is set to 0 once the record is emitted.
+pub(crate) trait InFlight: Copy + 'static {
     fn set_end_ns(&mut self, ns: u64);
+    fn armed(&self) -> bool;
+    fn disarm(&mut self);
 }
 
 impl InFlight for QpEvent {
     fn set_end_ns(&mut self, ns: u64) {
         self.end_ns = ns;
+    }
+    fn armed(&self) -> bool {
+        self.kind != 0
+    }
+    fn disarm(&mut self) {
+        self.kind = 0;
     }
 }
 
@@ -132,11 +146,25 @@ impl InFlight for qpwatch_common::CmEvent {
     fn set_end_ns(&mut self, ns: u64) {
         self.end_ns = ns;
     }
+    fn armed(&self) -> bool {
+        self.kind != 0
+    }
+    fn disarm(&mut self) {
+        self.kind = 0;
+    }
 }
 
+/// Records a call's entry: over this thread's entry for the hook if it has
+/// one (a lookup, no allocation), else as a new entry.
 #[inline(always)]
 pub(crate) fn begin<T: InFlight>(table: &LruHashMap<PendingKey, T>, hook: u32, event: &T) {
-    if table.insert(pending_key(hook), event, 0).is_err() {
+    let key = pending_key(hook);
+    if let Some(slot) = table.get_ptr_mut(key) {
+        // SAFETY: the entry of this thread and hook; only this thread writes it.
+        unsafe { *slot = *event };
+        return;
+    }
+    if table.insert(key, event, 0).is_err() {
         count_lost(LostReason::PendingTableFull);
     }
 }
@@ -150,19 +178,22 @@ pub(crate) fn finish<T: InFlight, C: EbpfContext>(
     hook: u32,
     complete: impl FnOnce(&mut T) -> bool,
 ) {
-    let key = pending_key(hook);
-    let Some(event) = table.get_ptr_mut(key) else {
+    // SAFETY: the entry belongs to this thread and hook; only this thread writes it.
+    let event = table
+        .get_ptr_mut(pending_key(hook))
+        .map(|event| unsafe { &mut *event })
+        .filter(|event| event.armed());
+    let Some(event) = event else {
+        // no entry, or a disarmed one: the kprobe of this call did not run
         count_lost(LostReason::UnmatchedReturn);
         debug!(ctx, "qpwatch: return without entry, hook {}", hook);
         return;
     };
-    // SAFETY: the entry belongs to this thread and hook; nothing else writes it until removed.
-    let event = unsafe { &mut *event };
     event.set_end_ns(now_ns());
     if complete(event) {
         emit(&*event);
     }
-    let _ = table.remove(key);
+    event.disarm();
 }
 
 #[inline(always)]
