@@ -522,12 +522,20 @@ fn program_of<'a>(
         .ok_or_else(|| ProbeError::MissingProgram(name.to_owned()))
 }
 
+/// Element-wise sum of per-CPU counter arrays.
+fn sum_over_cpus<'a, const N: usize>(per_cpu: impl Iterator<Item = &'a [u64; N]>) -> [u64; N] {
+    per_cpu.fold([0; N], |mut sum, cpu| {
+        sum.iter_mut().zip(cpu).for_each(|(s, c)| *s += c);
+        sum
+    })
+}
+
 /// Counters the programs keep in the kernel, read at scrape time. Reads
 /// return what was added since the previous read, so that counters of
 /// several instances (and of instances that come and go) add up.
 pub struct KernelCounters {
-    lost: PerCpuArray<MapData, u64>,
-    ib_cm: PerCpuArray<MapData, u64>,
+    lost: PerCpuArray<MapData, [u64; LOST_REASONS]>,
+    ib_cm: PerCpuArray<MapData, [u64; IB_CM_TRACEPOINTS.len()]>,
     lost_seen: [u64; LOST_REASONS],
     ib_cm_seen: [u64; IB_CM_TRACEPOINTS.len()],
 }
@@ -535,23 +543,23 @@ pub struct KernelCounters {
 impl KernelCounters {
     /// Lost events over all CPUs since the last call, per [`qpwatch_common::LostReason`].
     pub fn lost_delta(&mut self) -> Result<[u64; LOST_REASONS], aya::maps::MapError> {
-        let mut delta = [0u64; LOST_REASONS];
-        for (reason, d) in delta.iter_mut().enumerate() {
-            let total: u64 = self.lost.get(&(reason as u32), 0)?.iter().sum();
-            *d = total.saturating_sub(self.lost_seen[reason]);
-            self.lost_seen[reason] = total.max(self.lost_seen[reason]);
-        }
-        Ok(delta)
+        let totals = sum_over_cpus(self.lost.get(&0, 0)?.iter());
+        Ok(std::array::from_fn(|reason| {
+            let delta = totals[reason].saturating_sub(self.lost_seen[reason]);
+            self.lost_seen[reason] = totals[reason].max(self.lost_seen[reason]);
+            delta
+        }))
     }
 
     /// Hits per ib_cma tracepoint since the last call.
     pub fn ib_cm_delta(&mut self) -> Vec<(&'static str, u64)> {
         let mut deltas = Vec::new();
+        let Ok(per_cpu) = self.ib_cm.get(&0, 0) else {
+            return deltas;
+        };
+        let totals = sum_over_cpus(per_cpu.iter());
         for (i, name) in IB_CM_TRACEPOINTS.iter().enumerate() {
-            let Ok(per_cpu) = self.ib_cm.get(&(i as u32), 0) else {
-                continue;
-            };
-            let total: u64 = per_cpu.iter().sum();
+            let total = totals[i];
             let delta = total.saturating_sub(self.ib_cm_seen[i]);
             self.ib_cm_seen[i] = total.max(self.ib_cm_seen[i]);
             if delta > 0 {

@@ -40,10 +40,11 @@ static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
 #[map]
 static CM_PENDING: LruHashMap<PendingKey, CmEvent> = LruHashMap::with_max_entries(8192, 0);
 
-/// Hits per `ib_cma:*` tracepoint, indexed as `IB_CM_TRACEPOINTS`.
+/// Hits per `ib_cma:*` tracepoint, indexed as `IB_CM_TRACEPOINTS`, in one
+/// per-CPU entry (one syscall reads them all).
 #[map]
-static IB_CM_HITS: PerCpuArray<u64> =
-    PerCpuArray::with_max_entries(IB_CM_TRACEPOINTS.len() as u32, 0);
+static IB_CM_HITS: PerCpuArray<[u64; IB_CM_TRACEPOINTS.len()]> =
+    PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn cm_offsets() -> Option<(KernelOffsets, CmOffsets)> {
@@ -408,9 +409,9 @@ macro_rules! ib_cm_tracepoint {
     ($name:ident, $tracepoint:literal, $index:expr) => {
         #[raw_tracepoint(tracepoint = $tracepoint)]
         pub fn $name(_ctx: RawTracePointContext) -> i32 {
-            if let Some(hits) = IB_CM_HITS.get_ptr_mut($index) {
+            if let Some(hits) = IB_CM_HITS.get_ptr_mut(0) {
                 // SAFETY: per-CPU slot.
-                unsafe { *hits += 1 };
+                unsafe { (*hits)[$index] += 1 };
             }
             0
         }
