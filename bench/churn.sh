@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The cost of watching QP lifecycles, in ONE VM of the test bed
 # (tests/vm/bench/churn.sh does the measuring): qp-churn with nothing
-# attached, with qpwatch, and with bpftrace bench/qpwatch.bt; agent CPU per
+# attached, with qpwatch, with bpftrace bench/qpwatch.bt, and with bpftrace
+# bench/hooks-only.bt (the same hooks, empty programs); the BPF run time of
+# each tool's programs per lifecycle; agent CPU per
 # 1,000 lifecycles, the event rate it keeps up with, /metrics scrape time with
 # 10,000 live QPs, peak RSS. Prints the figures and writes bench/RESULTS.md.
 #
 #   bench/churn.sh
-#   BENCH_ROUNDS=3 BENCH_LIFECYCLES=1000 BENCH_RAMP_LIFECYCLES=2500 BENCH_HOLD=10000
+#   BENCH_ROUNDS=5 BENCH_LIFECYCLES=1000 BENCH_RAMP_LIFECYCLES=2500 BENCH_HOLD=10000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Under TCG every figure scales with the host CPU the VM gets: say if another
@@ -37,7 +39,8 @@ kernel=$(sed -n 's/.*kernel \([^ ,)]*\).*/\1/p' "$res/summary.txt" | head -n1)
   echo "- Other QEMU VMs on the host: $others at the start, $others_after at the end$([ "$others" -eq 0 ] && [ "${others_after:-0}" -eq 0 ] || echo ' (figures distorted by the sharing)')."
   echo "- Command: \`bench/churn.sh\` (guest side: \`tests/vm/bench/churn.sh\`; raw output in \`tests/vm/out/\`)."
   echo "- Workload: \`qp-churn\` (rdma-probe), RC QP pairs connected to each other over the device's own GID, plain verbs, no rdma_cm: one lifecycle = \`ibv_create_qp\`, \`ibv_modify_qp\` to INIT, RTR, RTS, \`ibv_destroy_qp\` (5 kernel calls, 5 events)."
-  echo "- (a) nothing attached, (b) \`qpwatch\` with default flags, (c) \`bpftrace bench/qpwatch.bt\` (the same kprobe/kretprobe pairs and per-QP state kept in kernel maps). Runs interleaved (a, b, c per round); each figure is the median over rounds of a run's p50."
+  echo "- (a) nothing attached, (b) \`qpwatch\` with default flags, (c) \`bpftrace bench/qpwatch.bt\` (the same kprobe/kretprobe pairs and per-QP state kept in kernel maps), (d) \`bpftrace bench/hooks-only.bt\` (the same hooks with empty programs: the kernel's probe mechanism alone). Runs interleaved (a, b, c, d per round); each figure is the median over rounds of a run's p50."
+  echo "- BPF program time: one more churn each under (b), (c) and (d) with \`kernel.bpf_stats_enabled=1\`, summing bpftool's \`run_time_ns\` of every program that ran."
   echo "- Absolute times are those of an emulated CPU (tens of times slower than hardware); the ratios are the figures to read."
   echo
   cat "$res/table.md"

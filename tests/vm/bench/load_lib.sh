@@ -29,6 +29,11 @@ wait_phase() {
 # cpu_ticks PID: user + system CPU time of a process, in clock ticks (CLK_TCK a second).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
+# cpu_ns PID: nanoseconds on CPU of a process's live threads (the sum of their
+# /proc/PID/task/*/schedstat run times): finer than clock ticks for runs of a
+# second. Time of threads that have exited is not in it.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+
 # ticks_to_s TICKS
 ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }'; }
 
