@@ -10,6 +10,7 @@ pub mod config;
 pub mod correlator;
 pub mod daemon;
 pub mod events;
+pub mod exposition;
 pub mod http;
 pub mod install;
 pub mod jsonl;

@@ -754,10 +754,8 @@ impl Observer for Metrics {
 
 /// Renders the registry in the Prometheus text format.
 pub fn render(registry: &Registry) -> String {
-    let mut out = String::new();
-    prometheus::TextEncoder::new()
-        .encode_utf8(&registry.gather(), &mut out)
-        .expect("text encoding into a String cannot fail");
+    let mut out = String::with_capacity(32 * 1024);
+    crate::exposition::encode(&registry.gather(), &mut out);
     out
 }
 
