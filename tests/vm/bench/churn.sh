@@ -6,6 +6,8 @@
 #   (c) bpftrace bench/qpwatch.bt attached (same hooks, per-QP maps in the kernel),
 #   (d) bpftrace bench/hooks-only.bt attached (same hooks, empty programs: the
 #       probe mechanism's own cost, the floor under (b) and (c)),
+#   (e) qpwatch attached but stopped (SIGSTOP) while the churn runs, its ring
+#       holding the records: qpwatch's in-kernel cost without its userspace,
 # interleaved, ROUNDS times; per-operation latency medians (the median over
 # rounds of each run's p50) and the ratios to (a). Then, with the kernel's BPF
 # run-time statistics on, one more churn under (b) and under (c): the time
@@ -32,6 +34,22 @@ p50s() {
   jq -r '[.latency.create.p50_ns, .latency.modify_init.p50_ns, .latency.modify_rtr.p50_ns,
           .latency.modify_rts.p50_ns, .latency.destroy.p50_ns, (.churn_elapsed_ns / .counts.lifecycles | floor)] | @tsv' "$OUT/$1.json"
 }
+# arrived NAME BEFORE WANT: the agent has received WANT QP events (or lost some).
+arrived() { [ "$(qp_events "$(scrape "$1-after")")" -ge "$3" ] || [ "$(metric "$OUT/$1-after.prom" qpwatch_events_lost_total)" -gt "$(metric "$2" qpwatch_events_lost_total)" ]; }
+# paused_churn NAME [flags]: a churn while the agent is stopped (SIGSTOP), so
+# only its programs run; then it is continued and drains. Sets LOST (delta).
+paused_churn() {
+  local name=$1 b want
+  shift
+  b=$(scrape "$name-before")
+  kill -STOP "$AGENT_PID"
+  churn "$name" "$@"
+  kill -CONT "$AGENT_PID"
+  want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
+  wait_until 60 arrived "$name" "$b" "$want" || log "$name: events missing"
+  LOST=$(delta "$b" "$(scrape "$name-after")" qpwatch_events_lost_total)
+  AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
+}
 # agent_churn NAME [flags]: a churn with the agent attached; waits until its
 # events have arrived; sets CPU_NS and TICKS (agent CPU during the churn and
 # its drain, without the scrapes that check arrival) and LOST (delta).
@@ -44,9 +62,8 @@ agent_churn() {
   sleep 0.5 # > 2 drain intervals (100 ms): the churn's tail is drained; no scrape yet
   CPU_NS=$(($(cpu_ns "$AGENT_PID") - n0)) TICKS=$(($(cpu_ticks "$AGENT_PID") - c0))
   want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
-  arrived() { [ "$(qp_events "$(scrape "$name-after")")" -ge "$want" ] || [ "$(metric "$OUT/$name-after.prom" qpwatch_events_lost_total)" -gt "$(metric "$b" qpwatch_events_lost_total)" ]; }
   # the first check's scrape is the one the CPU figure would miss events of
-  arrived || { log "$name: events still arriving 0.5 s after the churn (CPU figure is low)"; wait_until 60 arrived || log "$name: events missing"; }
+  arrived "$name" "$b" "$want" || { log "$name: events still arriving 0.5 s after the churn (CPU figure is low)"; wait_until 60 arrived "$name" "$b" "$want" || log "$name: events missing"; }
   a=$(scrape "$name-after")
   LOST=$(delta "$b" "$a" qpwatch_events_lost_total)
   AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
@@ -75,7 +92,7 @@ stop_bpftrace() {
 on_exit '[ -z "$BT_PID" ] || kill -9 $BT_PID'
 
 AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
-MODES=(a b c d)
+MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
 say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds of (a) nothing, (b) qpwatch, (c) bpftrace qpwatch.bt, (d) bpftrace hooks-only.bt"
@@ -87,6 +104,8 @@ for r in $(seq 1 "$ROUNDS"); do
   agent_churn "b$r" --lifecycles "$LC" --threads 1
   B_LOST=$((B_LOST + LOST))
   cpu_per_k+=("$(awk -v ns="$CPU_NS" -v n="$LC" 'BEGIN { printf "%.3f", ns / 1e9 / n * 1000 }')")
+  paused_churn "e$r" --lifecycles "$LC" --threads 1 # 5,000 records: within the 1 MiB ring
+  B_LOST=$((B_LOST + LOST))
   stop_agent
   start_bpftrace "c$r" qpwatch.bt $OFFSETS
   churn "c$r" --lifecycles "$LC" --threads 1
@@ -101,19 +120,19 @@ for r in $(seq 1 "$ROUNDS"); do
     for i in 0 1 2 3 4 5; do P50[$m,$i]="${P50[$m,$i]:-} ${v[$i]}"; done
     line="$line $m ${v[5]} ns"
   done
-  la=$(p50s "a$r" | cut -f6) lb=$(p50s "b$r" | cut -f6) lc=$(p50s "c$r" | cut -f6) ld=$(p50s "d$r" | cut -f6)
-  say "$line | (b)/(a) $(ratio "$lb" "$la") (c)/(a) $(ratio "$lc" "$la") (d)/(a) $(ratio "$ld" "$la") | agent CPU ${cpu_per_k[-1]} s/1000 lifecycles, lost $LOST | bpftrace @created $(sed -n 's/^@created: //p' "$OUT/bpftrace-c$r.out")"
+  la=$(p50s "a$r" | cut -f6) lb=$(p50s "b$r" | cut -f6) lc=$(p50s "c$r" | cut -f6) ld=$(p50s "d$r" | cut -f6) le=$(p50s "e$r" | cut -f6)
+  say "$line | (b)/(a) $(ratio "$lb" "$la") (c)/(a) $(ratio "$lc" "$la") (d)/(a) $(ratio "$ld" "$la") (e)/(a) $(ratio "$le" "$la") | agent CPU ${cpu_per_k[-1]} s/1000 lifecycles, lost $LOST | bpftrace @created $(sed -n 's/^@created: //p' "$OUT/bpftrace-c$r.out")"
 done
 
 us() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1000 }'; }
-row "| operation | (a) nothing, µs | (b) qpwatch, µs | (c) bpftrace, µs | (d) hooks only, µs | (b)/(a) | (c)/(a) | (d)/(a) |"
-row "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+row "| operation | (a) nothing, µs | (b) qpwatch, µs | (c) bpftrace, µs | (d) hooks only, µs | (e) qpwatch, agent stopped, µs | (b)/(a) | (c)/(a) | (d)/(a) | (e)/(a) |"
+row "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 names=(ibv_create_qp "ibv_modify_qp → INIT" "ibv_modify_qp → RTR" "ibv_modify_qp → RTS" ibv_destroy_qp "whole lifecycle (churn time / QP)")
 for i in 0 1 2 3 4 5; do
-  ma=$(median ${P50[a,$i]}) mb=$(median ${P50[b,$i]}) mc=$(median ${P50[c,$i]}) md=$(median ${P50[d,$i]})
-  row "| ${names[$i]} | $(us "$ma") | $(us "$mb") | $(us "$mc") | $(us "$md") | $(ratio "$mb" "$ma") | $(ratio "$mc" "$ma") | $(ratio "$md" "$ma") |"
-  say "median p50 ${names[$i]}: a $(us "$ma") us, b $(us "$mb") us, c $(us "$mc") us, d $(us "$md") us; (b)/(a) $(ratio "$mb" "$ma"), (c)/(a) $(ratio "$mc" "$ma"), (d)/(a) $(ratio "$md" "$ma")"
-  if [ "$i" -eq 5 ]; then RB=$(ratio "$mb" "$ma") RC=$(ratio "$mc" "$ma") RD=$(ratio "$md" "$ma"); fi
+  ma=$(median ${P50[a,$i]}) mb=$(median ${P50[b,$i]}) mc=$(median ${P50[c,$i]}) md=$(median ${P50[d,$i]}) me=$(median ${P50[e,$i]})
+  row "| ${names[$i]} | $(us "$ma") | $(us "$mb") | $(us "$mc") | $(us "$md") | $(us "$me") | $(ratio "$mb" "$ma") | $(ratio "$mc" "$ma") | $(ratio "$md" "$ma") | $(ratio "$me" "$ma") |"
+  say "median p50 ${names[$i]}: a $(us "$ma") us, b $(us "$mb") us, c $(us "$mc") us, d $(us "$md") us, e $(us "$me") us; (b)/(a) $(ratio "$mb" "$ma"), (c)/(a) $(ratio "$mc" "$ma"), (d)/(a) $(ratio "$md" "$ma"), (e)/(a) $(ratio "$me" "$ma")"
+  if [ "$i" -eq 5 ]; then RB=$(ratio "$mb" "$ma") RC=$(ratio "$mc" "$ma") RD=$(ratio "$md" "$ma") RE=$(ratio "$me" "$ma"); fi
 done
 cpu_med=$(median "${cpu_per_k[@]}")
 
@@ -220,6 +239,7 @@ met() { if awk "BEGIN { exit !($1) }"; then echo met; else echo "**unmet**"; fi;
 slow_b=$(awk -v r="$RB" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
 slow_c=$(awk -v r="$RC" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
 slow_d=$(awk -v r="$RD" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
+slow_e=$(awk -v r="$RE" 'BEGIN { printf "%.1f", (r - 1) * 100 }')
 peak_mib=$(awk -v k="$peak" 'BEGIN { printf "%.1f", k / 1024 }')
 row ""
 row "| figure | value |"
@@ -227,6 +247,7 @@ row "| --- | ---: |"
 row "| churn-loop slowdown, qpwatch (b) | +$slow_b % |"
 row "| churn-loop slowdown, bpftrace (c) | +$slow_c % |"
 row "| churn-loop slowdown, hooks only (d): the probe mechanism | +$slow_d % |"
+row "| churn-loop slowdown, qpwatch with its agent stopped during the churn (e): its in-kernel part | +$slow_e % |"
 row "| BPF program time per lifecycle: qpwatch / bpftrace / hooks only (run-time stats, $STATS_LC lifecycles) | $(per_lc "$bpf_b") / $(per_lc "$bpf_c") / $(per_lc "$bpf_d") µs |"
 row "| agent CPU per 1,000 QP lifecycles (median of $ROUNDS (b) runs; churn + drain, no scrapes) | $cpu_med s |"
 row "| highest offered rate with 0 lost (flat-out churn; ${ramp[*]}) | $best_rate events/s${first_loss:+ (first loss at $first_loss/s)} |"
@@ -240,7 +261,7 @@ row "| events lost, all agent runs ($AGENT_LIFECYCLES lifecycles) | $AGENT_LOST 
 row ""
 row "| goal | figure | |"
 row "| --- | --- | --- |"
-row "| qpwatch slowdown ≤ ½ of bpftrace's | +$slow_b % vs +$slow_c % (hooks alone: +$slow_d %) | $(met "($RB - 1) <= 0.5 * ($RC - 1)") |"
+row "| qpwatch slowdown ≤ ½ of bpftrace's | +$slow_b % vs +$slow_c % (hooks alone: +$slow_d %; qpwatch's programs without its agent running: +$slow_e %) | $(met "($RB - 1) <= 0.5 * ($RC - 1)") |"
 row "| 0 lost over 10,000 lifecycles | $AGENT_LOST lost over $AGENT_LIFECYCLES | $(met "$AGENT_LOST == 0 && $AGENT_LIFECYCLES >= 10000") |"
 row "| scrape ≤ 5 ms at 10,000 live QPs | $scrape_hold ms | $(met "$scrape_hold <= 5 && $HOLD >= 10000") |"
 row "| agent RSS ≤ 40 MiB | $peak_mib MiB peak | $(met "$peak <= 40 * 1024") |"
