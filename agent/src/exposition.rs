@@ -2,9 +2,9 @@
 //! buffer. Its output is byte for byte that of `prometheus::TextEncoder`
 //! (tested below); it differs in cost. The crate's encoder formats every sample
 //! value as an `f64` and every bucket bound afresh, allocating a `String` for
-//! each: nearly all of a scrape's encoding time. Here integral values (every
-//! counter, gauge, bucket and count qpwatch exports) are written as integers,
-//! and bucket bounds are formatted once per distinct bound.
+//! each: nearly all of a scrape's encoding time. Here integral values (the
+//! integer counters and gauges, every bucket and count) are written as
+//! integers, and bucket bounds are formatted once per distinct bound.
 
 use std::{cell::RefCell, collections::HashMap, fmt::Write as _};
 
