@@ -6,9 +6,9 @@
 //! emits one record into the `EVENTS` ring buffer. A thread's entry is reused
 //! from call to call (written in place, disarmed after its return) rather than
 //! inserted and deleted each time: a hash update and a delete are the
-//! programs' most expensive steps, and the LRU table forgets dead threads. Struct field offsets come
-//! from the `OFFSETS`/`CM_OFFSETS` globals, which the agent fills from the
-//! running kernel's BTF.
+//! programs' most expensive steps, and the LRU table forgets dead threads.
+//! Struct field offsets come from the `OFFSETS`/`CM_OFFSETS` globals, which
+//! the agent fills from the running kernel's BTF.
 #![no_std]
 #![no_main]
 
