@@ -114,9 +114,9 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 #[inline(always)]
-pub(crate) fn pending_key(hook: u32) -> PendingKey {
+fn pending_key(pid_tgid: u64, hook: u32) -> PendingKey {
     PendingKey {
-        pid_tgid: bpf_get_current_pid_tgid(),
+        pid_tgid,
         hook,
         _reserved: 0,
     }
@@ -125,12 +125,17 @@ pub(crate) fn pending_key(hook: u32) -> PendingKey {
 /// A record built at a kprobe and completed at its kretprobe. Its `kind`
 /// (never 0 in an event) is set to 0 once the record is emitted.
 pub(crate) trait InFlight: Copy + 'static {
+    /// The calling thread, as recorded at entry.
+    fn pid_tgid(&self) -> u64;
     fn set_end_ns(&mut self, ns: u64);
     fn armed(&self) -> bool;
     fn disarm(&mut self);
 }
 
 impl InFlight for QpEvent {
+    fn pid_tgid(&self) -> u64 {
+        self.pid_tgid
+    }
     fn set_end_ns(&mut self, ns: u64) {
         self.end_ns = ns;
     }
@@ -143,6 +148,9 @@ impl InFlight for QpEvent {
 }
 
 impl InFlight for qpwatch_common::CmEvent {
+    fn pid_tgid(&self) -> u64 {
+        self.pid_tgid
+    }
     fn set_end_ns(&mut self, ns: u64) {
         self.end_ns = ns;
     }
@@ -158,7 +166,7 @@ impl InFlight for qpwatch_common::CmEvent {
 /// one (a lookup, no allocation), else as a new entry.
 #[inline(always)]
 pub(crate) fn begin<T: InFlight>(table: &LruHashMap<PendingKey, T>, hook: u32, event: &T) {
-    let key = pending_key(hook);
+    let key = pending_key(event.pid_tgid(), hook);
     if let Some(slot) = table.get_ptr_mut(key) {
         // SAFETY: the entry of this thread and hook; only this thread writes it.
         unsafe { *slot = *event };
@@ -180,7 +188,7 @@ pub(crate) fn finish<T: InFlight, C: EbpfContext>(
 ) {
     // SAFETY: the entry belongs to this thread and hook; only this thread writes it.
     let event = table
-        .get_ptr_mut(pending_key(hook))
+        .get_ptr_mut(pending_key(bpf_get_current_pid_tgid(), hook))
         .map(|event| unsafe { &mut *event })
         .filter(|event| event.armed());
     let Some(event) = event else {
