@@ -10,7 +10,7 @@
 #       holding the records: qpwatch's in-kernel cost without its userspace,
 # interleaved, ROUNDS times; per-operation latency medians (the median over
 # rounds of each run's p50) and the ratios to (a). Then, with the kernel's BPF
-# run-time statistics on, one more churn under (b) and under (c): the time
+# run-time statistics on, one more churn under (b), (c) and (d): the time
 # each program spends per call (bpftool's run_time_ns / run_cnt). Then, with the
 # agent attached: agent CPU per 1,000 lifecycles, the event rate it keeps up
 # with (flat-out churn at 1, 2, 4 threads; and the rate at which it drains a
@@ -36,37 +36,43 @@ p50s() {
 }
 # arrived NAME BEFORE WANT: the agent has received WANT QP events (or lost some).
 arrived() { [ "$(qp_events "$(scrape "$1-after")")" -ge "$3" ] || [ "$(metric "$OUT/$1-after.prom" qpwatch_events_lost_total)" -gt "$(metric "$2" qpwatch_events_lost_total)" ]; }
+# collect_churn NAME BEFORE [LATE_NOTE]: waits until the agent has NAME's
+# events (logging LATE_NOTE if the first check finds them still arriving),
+# then sets LOST (delta since the BEFORE scrape) and counts the lifecycles.
+collect_churn() {
+  local name=$1 b=$2 want
+  want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
+  if ! arrived "$name" "$b" "$want"; then
+    [ -z "${3:-}" ] || log "$name: $3"
+    wait_until 60 arrived "$name" "$b" "$want" || log "$name: events missing"
+  fi
+  LOST=$(delta "$b" "$(scrape "$name-after")" qpwatch_events_lost_total)
+  AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
+}
 # paused_churn NAME [flags]: a churn while the agent is stopped (SIGSTOP), so
 # only its programs run; then it is continued and drains. Sets LOST (delta).
 paused_churn() {
-  local name=$1 b want
+  local name=$1 b
   shift
   b=$(scrape "$name-before")
   kill -STOP "$AGENT_PID"
   churn "$name" "$@"
   kill -CONT "$AGENT_PID"
-  want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
-  wait_until 60 arrived "$name" "$b" "$want" || log "$name: events missing"
-  LOST=$(delta "$b" "$(scrape "$name-after")" qpwatch_events_lost_total)
-  AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
+  collect_churn "$name" "$b"
 }
 # agent_churn NAME [flags]: a churn with the agent attached; waits until its
-# events have arrived; sets CPU_NS and TICKS (agent CPU during the churn and
-# its drain, without the scrapes that check arrival) and LOST (delta).
+# events have arrived; sets CPU_NS (agent CPU during the churn and its drain,
+# without the scrapes that check arrival) and LOST (delta).
 agent_churn() {
-  local name=$1 b a want c0 n0
+  local name=$1 b n0
   shift
   b=$(scrape "$name-before")
-  c0=$(cpu_ticks "$AGENT_PID") n0=$(cpu_ns "$AGENT_PID")
+  n0=$(cpu_ns "$AGENT_PID")
   churn "$name" "$@"
   sleep 0.5 # > 2 drain intervals (100 ms): the churn's tail is drained; no scrape yet
-  CPU_NS=$(($(cpu_ns "$AGENT_PID") - n0)) TICKS=$(($(cpu_ticks "$AGENT_PID") - c0))
-  want=$(($(qp_events "$b") + $(jq .counts.kernel_calls "$OUT/$name.json")))
+  CPU_NS=$(($(cpu_ns "$AGENT_PID") - n0))
   # the first check's scrape is the one the CPU figure would miss events of
-  arrived "$name" "$b" "$want" || { log "$name: events still arriving 0.5 s after the churn (CPU figure is low)"; wait_until 60 arrived "$name" "$b" "$want" || log "$name: events missing"; }
-  a=$(scrape "$name-after")
-  LOST=$(delta "$b" "$a" qpwatch_events_lost_total)
-  AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$name.json")))
+  collect_churn "$name" "$b" "events still arriving 0.5 s after the churn (CPU figure is low)"
 }
 # start_bpftrace NAME SCRIPT [ARGS...]
 start_bpftrace() {
@@ -95,7 +101,7 @@ AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
-say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds of (a) nothing, (b) qpwatch, (c) bpftrace qpwatch.bt, (d) bpftrace hooks-only.bt"
+say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds of (a) nothing, (b) qpwatch, (e) qpwatch with its agent stopped, (c) bpftrace qpwatch.bt, (d) bpftrace hooks-only.bt"
 for r in $(seq 1 "$ROUNDS"); do
   churn "a$r" --lifecycles "$LC" --threads 1
   : >"$OUT/agent.log"
