@@ -10,6 +10,18 @@ use thiserror::Error;
 
 use crate::rdma::{QpState, QpType};
 
+/// Nanoseconds of `clock`; with CLOCK_MONOTONIC, the clock of the records'
+/// `bpf_ktime_get_ns()` timestamps.
+pub fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("record of {0} bytes is shorter than its header")]

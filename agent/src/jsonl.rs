@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::{
     cm::{call_name, CmCorrelator},
-    events::{Call, CmCall, QpCall},
+    events::{clock_ns, Call, CmCall, QpCall},
     pipeline::EventSink,
     rdma::{cm_event_name, QpState},
 };
@@ -19,16 +19,6 @@ use qpwatch_common::{CmOp, QpOrigin};
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     realtime_minus_monotonic_ns: i128,
-}
-
-fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we pass.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
 impl Clock {

@@ -7,11 +7,18 @@ use tracing::warn;
 use crate::{
     cm::CmCorrelator,
     correlator::Correlator,
-    events::{decode, CmCall, QpCall, Record},
+    events::{clock_ns, decode, CmCall, QpCall, Record},
     metrics::Metrics,
     probing::OwnCalls,
     rdma::QpState,
 };
+
+/// How long a record is held back after the kernel finished it, for records
+/// of other CPUs that finished earlier but are submitted later: the gap
+/// between a program's timestamp and its ring-buffer submit. Measured above
+/// 1 ms in the TCG guest, where a vCPU can be descheduled in between. Below
+/// the drain interval, so a held record is processed at the next tick.
+pub const REORDER_WINDOW_NS: u64 = 50_000_000;
 
 /// Receives each decoded event with the correlators' view of it.
 pub trait EventSink: Send {
@@ -30,7 +37,9 @@ pub struct Pipeline {
     pub own_pid: u32,
     /// Every running instance's ring buffer, drained together (see `drain`).
     rings: Vec<(&'static str, RingBuf<MapData>)>,
-    /// Reused across drains: no allocation per event once it has grown.
+    /// Records read but not yet processed, in completion order (held back by
+    /// `drain` for the reorder window). Reused: no allocation per event once
+    /// it has grown.
     batch: Vec<Record>,
 }
 
@@ -53,22 +62,36 @@ impl Pipeline {
         self.rings.push((name, ring));
     }
 
-    /// Takes an instance's ring buffer out (after a last `drain`).
+    /// Takes an instance's ring buffer out (after a last `flush`).
     pub fn remove_ring(&mut self, name: &str) -> Option<RingBuf<MapData>> {
         let index = self.rings.iter().position(|(n, _)| *n == name)?;
         Some(self.rings.swap_remove(index).1)
     }
 
-    /// Drains every record currently in every ring buffer and processes them
-    /// in the order the kernel finished them; returns how many.
+    /// Reads every record currently in every ring buffer and processes, in
+    /// the order the kernel finished them, those that finished more than
+    /// [`REORDER_WINDOW_NS`] ago; later ones wait for the next drain. Returns
+    /// how many records were read.
     ///
     /// One ring per instance: the CM events that join a QP to its cm_id come
     /// through rdma_cm's ring, the QP's own modifies through ib_core's, and
     /// with wakeup batching either ring may be read up to a drain interval
     /// late. Merging by completion time keeps the join before the modifies
-    /// that follow it. Records without a wakeup in flight on another CPU can
-    /// still land in the next drain; that window is the submit path, not 100 ms.
+    /// that follow it. A record is timestamped before it is submitted, so one
+    /// from another CPU can reach its ring after a record that finished later
+    /// has been read: the window covers that gap.
     pub fn drain(&mut self) -> usize {
+        let now = u64::try_from(clock_ns(libc::CLOCK_MONOTONIC)).unwrap_or(0);
+        self.drain_finished_by(now.saturating_sub(REORDER_WINDOW_NS))
+    }
+
+    /// Reads and processes every record, held back or in a ring (at attach,
+    /// before the kernel's own lists are read, and before a ring goes away).
+    pub fn flush(&mut self) -> usize {
+        self.drain_finished_by(u64::MAX)
+    }
+
+    fn drain_finished_by(&mut self, watermark_ns: u64) -> usize {
         let mut batch = std::mem::take(&mut self.batch);
         let mut received = 0;
         for (_, ring) in &mut self.rings {
@@ -79,7 +102,8 @@ impl Pipeline {
         }
         // stable: each ring is already in submission order
         batch.sort_by_key(Record::end_ns);
-        for record in batch.drain(..) {
+        let ready = batch.partition_point(|record| record.end_ns() <= watermark_ns);
+        for record in batch.drain(..ready) {
             self.handle(record);
         }
         self.batch = batch;

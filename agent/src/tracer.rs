@@ -344,7 +344,7 @@ impl Tracer {
         {
             let mut pipeline = self.pipeline.lock().expect("not poisoned");
             pipeline.add_ring(kind.name(), ring);
-            pipeline.drain();
+            pipeline.flush();
         }
         if self.config.reconcile {
             self.reconcile(kind);
@@ -542,7 +542,7 @@ async fn drain_rings(
     }
     // Whatever is still in the ring is counted before the probes go away.
     let mut pipeline = pipeline.lock().expect("not poisoned");
-    let flushed = pipeline.drain();
+    let flushed = pipeline.flush();
     pipeline.remove_ring(kind.name());
     debug!(instance = kind.name(), flushed, "drained the ring buffers");
 }
