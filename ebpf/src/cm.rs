@@ -75,14 +75,17 @@ fn describe_id(event: &mut CmEvent, id_priv: u64, k: &KernelOffsets, c: &CmOffse
         return;
     }
     event.id_ptr = id_priv;
-    event.cm_id = read_u32(id_priv, c.id_priv_res_id);
+    // rdma_restrack_add() sets res.id, then res.valid, possibly on another
+    // CPU right now (address resolution attaches the id from a workqueue):
+    // the id is read only once valid is seen set.
+    if read_u8(id_priv, c.id_priv_res_valid) != 0 {
+        event.flags |= CM_FLAG_ATTACHED;
+        event.cm_id = read_u32(id_priv, c.id_priv_res_id);
+    }
     event.qp_num = read_u32(id_priv, c.id_priv_qp_num);
     event.qp_type = read_u32(id_priv, c.id_priv_qp_type);
     if read_u8(id_priv, c.id_priv_res_user) != 0 {
         event.flags |= CM_FLAG_USER;
-    }
-    if read_u8(id_priv, c.id_priv_res_valid) != 0 {
-        event.flags |= CM_FLAG_ATTACHED;
     }
     if read_ptr(id_priv, c.id_priv_qp) != 0 {
         event.flags |= CM_FLAG_HAS_QP;
