@@ -22,6 +22,7 @@ use crate::{
     config::{self, RunArgs, Settings},
     correlator::Correlator,
     http::{self, HttpState},
+    ib_cm_counters::{self, IbCmCounters},
     jsonl::JsonLines,
     metrics::Metrics,
     offsets::kernel_release,
@@ -94,6 +95,13 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let _bpf_stats = enable_bpf_stats(&settings);
 
     let metrics = Metrics::new(&settings.buckets, &kernel_release());
+    metrics
+        .registry
+        .register(Box::new(IbCmCounters::new(
+            ib_cm_counters::SYSFS_DIR,
+            settings.limits.max_device_labels,
+        )))
+        .context("registering the IB CM counters")?;
     let sink: Option<Box<dyn EventSink>> = match mode {
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod events;
 pub mod exposition;
 pub mod http;
+pub mod ib_cm_counters;
 pub mod install;
 pub mod jsonl;
 pub mod logging;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Static checks of the qpwatch dashboards and rules (no Prometheus needed).
 
-    lint_dashboards.py --metrics agent/src/metrics.rs --rules dashboards/rules.yml dashboards/*.json
+    lint_dashboards.py --metrics agent/src/metrics.rs agent/src/ib_cm_counters.rs --rules dashboards/rules.yml dashboards/*.json
 
 Dashboards:
   * valid JSON, schemaVersion >= 36, a uid and a title;
@@ -54,10 +54,23 @@ def problem(where, msg):
 # metrics.rs
 
 
-def agent_metrics(path):
-    """name -> (kind, set of labels), kind in counter/gauge/histogram."""
-    text = open(path, encoding="utf-8").read()
+def collector_metrics(text):
+    """Families of a hand-written collector: `const X: &str = "qpwatch_...";`
+    with their labels in `const LABELS: [&str; N] = [...]`."""
     found = {}
+    lm = re.search(r'const LABELS: \[&str; \d+\] = \[([^\]]*)\]', text)
+    labels = set(re.findall(r'"(\w+)"', lm.group(1))) if lm else set()
+    for name in re.findall(r'const \w+: &str = "(qpwatch_\w+)";', text):
+        found[name] = ("counter" if name.endswith("_total") else "gauge", labels)
+    return found
+
+
+def agent_metrics(paths):
+    """name -> (kind, set of labels), kind in counter/gauge/histogram."""
+    found = {}
+    for path in paths[1:]:
+        found.update(collector_metrics(open(path, encoding="utf-8").read()))
+    text = open(paths[0], encoding="utf-8").read()
     # helper constructors: counter(r, "name", "help", &["a", "b"]) etc.
     for kind, name, labels in re.findall(
         r'\b(counter|gauge|histogram|plain_histogram)\(\s*r,\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",\s*(?:&\[([^\]]*)\])?', text
@@ -358,20 +371,21 @@ def check_rules(path, metrics):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--metrics", required=True, nargs="+",
+                    help="metrics.rs, then the files of hand-written collectors")
     ap.add_argument("--rules", required=True)
     ap.add_argument("dashboards", nargs="+")
     args = ap.parse_args()
     metrics = agent_metrics(args.metrics)
     if len(metrics) < 40:
-        problem(args.metrics, "only %d metrics found: the parser no longer matches metrics.rs" % len(metrics))
+        problem(args.metrics[0], "only %d metrics found: the parser no longer matches metrics.rs" % len(metrics))
     recorded = check_rules(args.rules, metrics)
     for path in args.dashboards:
         check_dashboard(path, metrics, recorded)
     for p in problems:
         print(p)
     print("lint: %d metrics in %s, %d recording rules, %d dashboards: %s"
-          % (len(metrics), args.metrics, len(recorded), len(args.dashboards), "%d problems" % len(problems) if problems else "ok"))
+          % (len(metrics), " ".join(args.metrics), len(recorded), len(args.dashboards), "%d problems" % len(problems) if problems else "ok"))
     return 1 if problems else 0
 
 

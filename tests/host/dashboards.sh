@@ -35,7 +35,7 @@ for f in "${boards[@]}"; do
 done
 run "dashboards/*.json generated from dashboards/generate.py" python3 dashboards/generate.py --check
 run "lint (datasource, units, metrics, labels, PromQL)" \
-  python3 tests/dashboards/lint_dashboards.py --metrics agent/src/metrics.rs --rules dashboards/rules.yml "${boards[@]}"
+  python3 tests/dashboards/lint_dashboards.py --metrics agent/src/metrics.rs agent/src/ib_cm_counters.rs --rules dashboards/rules.yml "${boards[@]}"
 run "promtool check rules dashboards/rules.yml" promtool check rules dashboards/rules.yml
 run "promtool test rules tests/dashboards/rules_test.yml" promtool test rules tests/dashboards/rules_test.yml
 run "promtool check config dashboards/prometheus-example.yml" promtool check config dashboards/prometheus-example.yml

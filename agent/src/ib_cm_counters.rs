@@ -1,0 +1,280 @@
+//! The IB CM's own message counters, per device port: ib_cm keeps them for
+//! every connection it handles, rdma_cm's and any other consumer's, in
+//! `/sys/class/infiniband/DEV/ports/PORT/cm_{tx_msgs,tx_retries,rx_msgs,rx_duplicates}/MESSAGE`
+//! (drivers/infiniband/core/cm.c, `cm_counter_groups`). Read at each scrape:
+//! nothing is attached to ib_cm, so it stays free to unload, and a device
+//! that goes away takes its series with it.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::{Counter, LabelPair, Metric, MetricFamily, MetricType},
+};
+
+use crate::correlator::OTHER;
+
+pub const SYSFS_DIR: &str = "/sys/class/infiniband";
+
+const MESSAGES: &str = "qpwatch_ib_cm_messages_total";
+const MESSAGES_HELP: &str =
+    "IB CM messages sent and received on a device port (ib_cm's counters), by message type.";
+const REPEATED: &str = "qpwatch_ib_cm_messages_repeated_total";
+const REPEATED_HELP: &str = "IB CM messages sent again after a timeout (direction=\"sent\") and duplicates received (direction=\"received\"), by message type.";
+
+/// The labels of both families.
+const LABELS: [&str; 4] = ["device", "port", "direction", "message"];
+
+/// The counter groups: directory, metric, direction.
+const GROUPS: [(&str, &str, &str); 4] = [
+    ("cm_tx_msgs", MESSAGES, "sent"),
+    ("cm_rx_msgs", MESSAGES, "received"),
+    ("cm_tx_retries", REPEATED, "sent"),
+    ("cm_rx_duplicates", REPEATED, "received"),
+];
+
+/// One counter read from sysfs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reading {
+    pub metric: &'static str,
+    pub device: String,
+    pub port: String,
+    pub direction: &'static str,
+    pub message: String,
+    pub value: u64,
+}
+
+/// Reads every device port's counters under `dir`. Of the devices that have
+/// them (not those without ib_cm's counters: ib_cm not loaded, or no IB CM on
+/// the device), those beyond the first `max_devices` in name order are
+/// summed as `device="other"`.
+pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
+    let mut devices = entries(dir);
+    devices.sort();
+    let mut sums: BTreeMap<(&'static str, String, String, &'static str, String), u64> =
+        BTreeMap::new();
+    let mut named = 0;
+    for device in devices {
+        let counters = device_counters(&dir.join(&device));
+        if counters.is_empty() {
+            continue;
+        }
+        let label = if named < max_devices {
+            named += 1;
+            device
+        } else {
+            OTHER.to_owned()
+        };
+        for (metric, port, direction, message, value) in counters {
+            *sums
+                .entry((metric, label.clone(), port, direction, message))
+                .or_default() += value;
+        }
+    }
+    sums.into_iter()
+        .map(
+            |((metric, device, port, direction, message), value)| Reading {
+                metric,
+                device,
+                port,
+                direction,
+                message,
+                value,
+            },
+        )
+        .collect()
+}
+
+/// (metric, port, direction, message, value) of every counter of one device.
+fn device_counters(device: &Path) -> Vec<(&'static str, String, &'static str, String, u64)> {
+    let ports = device.join("ports");
+    let mut counters = Vec::new();
+    for port in entries(&ports) {
+        for (group, metric, direction) in GROUPS {
+            let group_dir = ports.join(&port).join(group);
+            for message in entries(&group_dir) {
+                if let Some(value) = read_u64(&group_dir.join(&message)) {
+                    counters.push((metric, port.clone(), direction, sanitize(&message), value));
+                }
+            }
+        }
+    }
+    counters
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// A label value from a file name: lowercase letters, digits and `_`.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A collector that reads the counters when the registry is gathered.
+pub struct IbCmCounters {
+    dir: PathBuf,
+    max_devices: usize,
+    descs: [Desc; 2],
+}
+
+impl IbCmCounters {
+    pub fn new(dir: impl Into<PathBuf>, max_devices: usize) -> Self {
+        let labels = || LABELS.map(str::to_owned).to_vec();
+        let desc = |name: &str, help: &str| {
+            Desc::new(
+                name.to_owned(),
+                help.to_owned(),
+                labels(),
+                Default::default(),
+            )
+            .expect("valid metric")
+        };
+        Self {
+            dir: dir.into(),
+            max_devices,
+            descs: [desc(MESSAGES, MESSAGES_HELP), desc(REPEATED, REPEATED_HELP)],
+        }
+    }
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut pair = LabelPair::default();
+    pair.set_name(name.to_owned());
+    pair.set_value(value.to_owned());
+    pair
+}
+
+impl Collector for IbCmCounters {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let readings = read(&self.dir, self.max_devices);
+        [(MESSAGES, MESSAGES_HELP), (REPEATED, REPEATED_HELP)]
+            .into_iter()
+            .filter_map(|(name, help)| {
+                let metrics: Vec<Metric> = readings
+                    .iter()
+                    .filter(|r| r.metric == name)
+                    .map(|r| {
+                        let mut counter = Counter::default();
+                        counter.set_value(r.value as f64);
+                        let mut m = Metric::default();
+                        m.set_label(vec![
+                            label("device", &r.device),
+                            label("direction", r.direction),
+                            label("message", &r.message),
+                            label("port", &r.port),
+                        ]);
+                        m.set_counter(counter);
+                        m
+                    })
+                    .collect();
+                if metrics.is_empty() {
+                    return None;
+                }
+                let mut family = MetricFamily::default();
+                family.set_name(name.to_owned());
+                family.set_help(help.to_owned());
+                family.set_field_type(MetricType::COUNTER);
+                family.set_metric(metrics);
+                Some(family)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(dir: &Path, device: &str, port: &str, group: &str, counters: &[(&str, u64)]) {
+        let d = dir.join(device).join("ports").join(port).join(group);
+        fs::create_dir_all(&d).unwrap();
+        for (name, value) in counters {
+            fs::write(d.join(name), format!("{value}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn reads_every_group_of_every_port_and_caps_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        port(d, "rxe0", "1", "cm_tx_msgs", &[("req", 3), ("rtu", 2)]);
+        port(d, "rxe0", "1", "cm_rx_msgs", &[("rep", 2)]);
+        port(d, "rxe0", "1", "cm_tx_retries", &[("req", 1)]);
+        port(d, "rxe0", "1", "cm_rx_duplicates", &[("req", 4)]);
+        port(d, "rxe1", "1", "cm_tx_msgs", &[("rtu", 5)]);
+        port(d, "mlx5_1", "1", "cm_tx_msgs", &[("req", 10)]);
+        port(d, "mlx5_2", "1", "cm_tx_msgs", &[("req", 20)]);
+        // a device without ib_cm's counters has none
+        fs::create_dir_all(d.join("hfi1_0/ports/1/hw_counters")).unwrap();
+        let readings = read(d, 2);
+        let find = |metric, device: &str, direction, message: &str| {
+            readings
+                .iter()
+                .find(|r| {
+                    r.metric == metric
+                        && r.device == device
+                        && r.direction == direction
+                        && r.message == message
+                })
+                .map(|r| r.value)
+        };
+        // name order among devices with counters: mlx5_1, mlx5_2 keep their
+        // names; rxe0 is "other"
+        assert_eq!(find(MESSAGES, "mlx5_1", "sent", "req"), Some(10));
+        assert_eq!(find(MESSAGES, "mlx5_2", "sent", "req"), Some(20));
+        assert_eq!(find(MESSAGES, OTHER, "sent", "req"), Some(3));
+        assert_eq!(find(MESSAGES, OTHER, "sent", "rtu"), Some(7));
+        assert_eq!(find(MESSAGES, OTHER, "received", "rep"), Some(2));
+        assert_eq!(find(REPEATED, OTHER, "sent", "req"), Some(1));
+        assert_eq!(find(REPEATED, OTHER, "received", "req"), Some(4));
+        assert!(readings.iter().all(|r| r.device != "hfi1_0"));
+    }
+
+    #[test]
+    fn exported_through_a_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        port(dir.path(), "rxe0", "1", "cm_tx_msgs", &[("req", 3)]);
+        let registry = prometheus::Registry::new();
+        registry
+            .register(Box::new(IbCmCounters::new(dir.path(), 64)))
+            .unwrap();
+        let text = crate::metrics::render(&registry);
+        assert!(
+            text.contains(
+                "qpwatch_ib_cm_messages_total{device=\"rxe0\",direction=\"sent\",message=\"req\",port=\"1\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(REPEATED), "no series, no family: {text}");
+        // the device went away: so do its series
+        fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
+        assert!(!crate::metrics::render(&registry).contains(MESSAGES));
+    }
+}
