@@ -21,6 +21,7 @@ fn main() {
         ebpf_dir.join("src"),
         ebpf_dir.join("Cargo.toml"),
         ebpf_dir.join("Cargo.lock"),
+        ebpf_dir.join("build.rs"),
         common_dir.join("src"),
     ] {
         println!("cargo:rerun-if-changed={}", path.display());

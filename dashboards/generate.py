@@ -432,10 +432,17 @@ def overview():
         "p99 time in the CMA's IB CM handlers (cma_ib_handler, cma_ib_req_handler: IB CM events such as REP_RECEIVED) and in ucma_event_handler (delivery to userspace).",
     ), w=12)
     b.add(timeseries(
-        "CM tracepoint hits (top 10)",
+        "IB CM messages (top 10)",
+        [q("topk(10, sum by (direction, message) (rate(qpwatch_ib_cm_messages_total{%s}[%s])))" % (DEV, RI), "{{direction}} {{message}}"),
+         q("topk(10, sum by (direction, message) (rate(qpwatch_ib_cm_messages_repeated_total{%s}[%s])))" % (DEV, RI), "{{direction}} again {{message}}")],
+        "ops",
+        "IB CM messages per second (ib_cm's own per-port counters, every IB CM consumer): REQ/REP/RTU/REJ/MRA/DREQ/DREP sent and received; 'again': sent again after a timeout, or received twice.",
+    ), w=12)
+    b.add(timeseries(
+        "IB CM tracepoint hits (top 10)",
         [q("topk(10, sum by (tracepoint) (rate(qpwatch_tracepoint_hits_total{%s}[%s])))" % (SEL, RI), "{{tracepoint}}")],
         "ops",
-        "Hits per second of the rdma_cma:* and ib_cma:* tracepoints (IB CM messages sent and errors, e.g. ib_cma:icm_no_listener_err).",
+        "Hits per second of the ib_cma:* tracepoints, e.g. ib_cma:icm_no_listener_err, ib_cma:icm_staleconn_err. Only from agents running the opt-in ib-cm-tracepoints group (it pins ib_cm).",
     ), w=12)
     b.add(timeseries(
         "CM event handler p99",

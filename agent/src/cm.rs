@@ -182,9 +182,6 @@ pub struct CmCorrelator {
     ids: HashMap<u32, TrackedId>,
     addr_resolves: Rendezvous,
     route_resolves: Rendezvous,
-    /// `rdma_cma:cm_event_handler` hits waiting for their `cm_event_done`, per
-    /// thread (a stack: a consumer's handler may deliver another event).
-    handler_starts: HashMap<u32, Vec<CmCall>>,
     qp_to_cm: HashMap<u32, u32>,
     destroyed: RecentIds,
     established: Label,
@@ -237,25 +234,14 @@ pub fn call_name(op: CmOp) -> &'static str {
         CmOp::ResolveAddr => "rdma_resolve_addr",
         CmOp::ResolveRoute => "rdma_resolve_route",
         CmOp::Listen => "rdma_listen",
-        CmOp::TpSendReq => "rdma_cma:cm_send_req",
-        CmOp::TpSendRep => "rdma_cma:cm_send_rep",
-        CmOp::TpSendRtu => "rdma_cma:cm_send_rtu",
-        CmOp::TpSendRej => "rdma_cma:cm_send_rej",
-        CmOp::TpSendMra => "rdma_cma:cm_send_mra",
-        CmOp::TpDisconnect => "rdma_cma:cm_disconnect",
-        CmOp::TpSentDreq => "rdma_cma:cm_sent_dreq",
-        CmOp::TpSentDrep => "rdma_cma:cm_sent_drep",
-        CmOp::TpIdDestroy => "rdma_cma:cm_id_destroy",
-        CmOp::TpQpCreate => "rdma_cma:cm_qp_create",
-        CmOp::TpQpDestroy => "rdma_cma:cm_qp_destroy",
-        CmOp::TpEventHandler => "rdma_cma:cm_event_handler",
-        CmOp::TpEventDone => "rdma_cma:cm_event_done",
-        CmOp::TpReqHandler => "rdma_cma:cm_req_handler",
+        CmOp::Connect => "rdma_connect_locked",
+        CmOp::Accept => "rdma_accept",
+        CmOp::RepRecv => "cma_rep_recv",
+        CmOp::Reject => "rdma_reject",
+        CmOp::Disconnect => "rdma_disconnect",
+        CmOp::DestroyId => "_destroy_id",
+        CmOp::DestroyQp => "rdma_destroy_qp",
     }
-}
-
-fn is_tracepoint(op: CmOp) -> bool {
-    op as u32 >= CmOp::TpSendReq as u32
 }
 
 impl CmCorrelator {
@@ -265,7 +251,6 @@ impl CmCorrelator {
             ids: HashMap::new(),
             addr_resolves: Rendezvous::default(),
             route_resolves: Rendezvous::default(),
-            handler_starts: HashMap::new(),
             qp_to_cm: HashMap::new(),
             destroyed: RecentIds::default(),
             established: Label::from(ESTABLISHED),
@@ -327,6 +312,7 @@ impl CmCorrelator {
         if self.ids.len() >= MAX_TRACKED_IDS {
             return;
         }
+        tracing::debug!(cm_id, state = %state, "tracking CM id");
         out.observe(Observation::LiveCmIds {
             state: Arc::clone(&state),
             delta: 1,
@@ -402,36 +388,8 @@ impl CmCorrelator {
     }
 
     pub fn handle(&mut self, call: &CmCall, out: &mut impl Observer) {
-        if is_tracepoint(call.op) {
-            out.observe(Observation::TracepointHit {
-                tracepoint: call_name(call.op),
-            });
-        }
         match call.op {
             CmOp::EventHandler => self.on_event(call, call.duration(), call.rc, out),
-            CmOp::TpEventHandler => {
-                if self.handler_starts.len() >= MAX_PENDING_RESOLVES {
-                    self.handler_starts.clear();
-                }
-                self.handler_starts.entry(call.tid).or_default().push(*call);
-            }
-            CmOp::TpEventDone => {
-                let start = self.handler_starts.get_mut(&call.tid).and_then(Vec::pop);
-                if self
-                    .handler_starts
-                    .get(&call.tid)
-                    .is_some_and(Vec::is_empty)
-                {
-                    self.handler_starts.remove(&call.tid);
-                }
-                if let Some(mut start) = start {
-                    // the id's state when the consumer's handler returned
-                    start.state_after = call.state;
-                    start.end_ns = call.start_ns;
-                    let duration = since(start.start_ns, call.start_ns);
-                    self.on_event(&start, duration, call.status, out);
-                }
-            }
             CmOp::IbHandler | CmOp::IbReqHandler => {
                 out.observe(Observation::CmHandler {
                     handler: call_name(call.op),
@@ -445,47 +403,17 @@ impl CmCorrelator {
                 event: Label::from(cm_event_name(call.event)),
                 duration: call.duration(),
             }),
-            CmOp::TpSendReq => {
-                if self.ensure(call, out) {
-                    self.join(call.cm_id, call.qp_num);
-                    if let Some(t) = self.ids.get_mut(&call.cm_id) {
-                        t.role = Some(Role::Active);
-                        t.connect_start_ns.get_or_insert(call.start_ns);
-                    }
-                }
-                self.state_at_tracepoint(call, out);
-            }
-            CmOp::TpSendRep | CmOp::TpQpCreate => {
-                if self.ensure(call, out) && call.rc == 0 {
-                    self.join(call.cm_id, call.qp_num);
-                }
-                self.state_at_tracepoint(call, out);
-            }
-            CmOp::TpSendRtu => {
-                // The active side's establishment: for userspace ids the kernel
-                // delivers CONNECT_RESPONSE, librdmacm moves the QP to RTS and
-                // rdma_accept() sends the RTU; there is no ESTABLISHED event.
-                if self.ensure(call, out) {
-                    self.connect_done(call.cm_id, call.start_ns, out);
-                    let established = Arc::clone(&self.established);
-                    self.set_state(call.cm_id, established, out);
-                }
-            }
-            CmOp::TpDisconnect => {
-                // rdma_disconnect() traces before it changes the state
-                if self.ensure(call, out) {
-                    if let Some(state) = self.names.state_value("DISCONNECT") {
-                        let label = self.names.state(state);
-                        self.set_state(call.cm_id, label, out);
-                    }
-                }
-            }
-            CmOp::TpQpDestroy => {
+            CmOp::DestroyQp => {
                 if self.qp_to_cm.get(&call.qp_num) == Some(&call.cm_id) {
                     self.qp_to_cm.remove(&call.qp_num);
                 }
             }
-            CmOp::TpIdDestroy => {
+            CmOp::DestroyId => {
+                tracing::debug!(
+                    cm_id = call.cm_id,
+                    attached = call.attached,
+                    "CM id destroyed"
+                );
                 if call.attached {
                     self.destroyed.insert(call.cm_id);
                 }
@@ -501,14 +429,14 @@ impl CmCorrelator {
                     }
                 }
             }
-            CmOp::TpSendRej
-            | CmOp::TpSendMra
-            | CmOp::TpSentDreq
-            | CmOp::TpSentDrep
-            | CmOp::TpReqHandler => {}
             CmOp::ResolveAddr
             | CmOp::ResolveRoute
             | CmOp::Listen
+            | CmOp::Connect
+            | CmOp::Accept
+            | CmOp::RepRecv
+            | CmOp::Reject
+            | CmOp::Disconnect
             | CmOp::CreateQp
             | CmOp::InitConnQp
             | CmOp::InitUdQp
@@ -521,45 +449,71 @@ impl CmCorrelator {
                     rc: call.rc,
                 });
                 if call.rc == 0 {
-                    match call.op {
-                        CmOp::ResolveAddr => {
-                            if let Some(duration) =
-                                self.addr_resolves.started(call.id_ptr, call.start_ns)
-                            {
-                                out.observe(Observation::CmAddrResolved { duration });
-                            }
-                        }
-                        CmOp::ResolveRoute => {
-                            if let Some(duration) =
-                                self.route_resolves.started(call.id_ptr, call.start_ns)
-                            {
-                                out.observe(Observation::CmRouteResolved { duration });
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                self.after_call(call, out);
-                if call.rc == 0 {
-                    match call.op {
-                        CmOp::Listen => {
-                            if let Some(t) = self.ids.get_mut(&call.cm_id) {
-                                t.role = Some(Role::Listener);
-                            }
-                        }
-                        CmOp::CreateQp => self.join(call.cm_id, call.qp_num),
-                        _ => {}
-                    }
+                    self.call_succeeded(call, out);
+                } else {
+                    self.after_call(call, out);
                 }
             }
         }
     }
 
-    /// A tracepoint reads the id's state when it fires: that is its state now.
-    fn state_at_tracepoint(&mut self, call: &CmCall, out: &mut impl Observer) {
-        let mut after = *call;
-        after.state_after = call.state;
-        self.after_call(&after, out);
+    /// What a call that returned 0 tells about its id.
+    fn call_succeeded(&mut self, call: &CmCall, out: &mut impl Observer) {
+        match call.op {
+            CmOp::ResolveAddr => {
+                if let Some(duration) = self.addr_resolves.started(call.id_ptr, call.start_ns) {
+                    out.observe(Observation::CmAddrResolved { duration });
+                }
+            }
+            CmOp::ResolveRoute => {
+                if let Some(duration) = self.route_resolves.started(call.id_ptr, call.start_ns) {
+                    out.observe(Observation::CmRouteResolved { duration });
+                }
+            }
+            _ => {}
+        }
+        self.after_call(call, out);
+        if !self.ids.contains_key(&call.cm_id) {
+            return;
+        }
+        match call.op {
+            CmOp::Listen => self.set_role(call.cm_id, Role::Listener),
+            CmOp::CreateQp => self.join(call.cm_id, call.qp_num),
+            // The REQ went out: the active side's connection setup starts.
+            CmOp::Connect => {
+                self.join(call.cm_id, call.qp_num);
+                self.set_role(call.cm_id, Role::Active);
+                if let Some(t) = self.ids.get_mut(&call.cm_id) {
+                    t.connect_start_ns.get_or_insert(call.start_ns);
+                }
+            }
+            // The passive side's REP: rdma_accept() set id_priv->qp_num
+            // from the parameters (userspace QPs are not on the id).
+            CmOp::Accept if call.conn_param => self.join(call.cm_id, call.qp_num),
+            // The active side's RTU went out: established. Userspace ids get
+            // no ESTABLISHED event on this side (librdmacm turns
+            // CONNECT_RESPONSE into it); kernel consumers get it right after.
+            CmOp::RepRecv => {
+                self.connect_done(call.cm_id, call.end_ns, out);
+                let established = Arc::clone(&self.established);
+                self.set_state(call.cm_id, established, out);
+            }
+            // rdma_disconnect() leaves the state alone until the peer
+            // answers (cma_ib_handler): the id is disconnecting from now on.
+            CmOp::Disconnect => {
+                if let Some(state) = self.names.state_value("DISCONNECT") {
+                    let label = self.names.state(state);
+                    self.set_state(call.cm_id, label, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn set_role(&mut self, cm_id: u32, role: Role) {
+        if let Some(t) = self.ids.get_mut(&cm_id) {
+            t.role = Some(role);
+        }
     }
 
     /// State bookkeeping after a call that read the id's state at return.
@@ -662,17 +616,21 @@ mod tests {
         c
     }
 
-    fn tp(op: CmOp, cm_id: u32, qp_num: u32, at: u64) -> CmCall {
-        let mut c = CmCall::synthetic(op, cm_id, at);
+    fn joined(mut c: CmCall, qp_num: u32) -> CmCall {
         c.qp_num = qp_num;
         c
     }
 
-    /// A tracepoint hit that read the id's state.
-    fn tp_in(op: CmOp, cm_id: u32, qp_num: u32, at: u64, state_now: &str) -> CmCall {
-        let mut c = tp(op, cm_id, qp_num, at);
-        c.state = names().state_value(state_now);
+    /// The passive side's rdma_accept() with parameters (the REP).
+    fn accept(cm_id: u32, qp_num: u32, at: u64) -> CmCall {
+        let mut c = joined(call(CmOp::Accept, cm_id, at, "CONNECT"), qp_num);
+        c.conn_param = true;
         c
+    }
+
+    /// An entry-only hook (no return state).
+    fn entry(op: CmOp, cm_id: u32, at: u64) -> CmCall {
+        CmCall::synthetic(op, cm_id, at)
     }
 
     fn live(out: &[Observation]) -> HashMap<String, i64> {
@@ -707,11 +665,11 @@ mod tests {
             handler(2, cm_event::ADDR_RESOLVED, 3 * MS, "ADDR_RESOLVED"),
             call(CmOp::ResolveRoute, 2, 4 * MS, "ROUTE_QUERY"),
             handler(2, cm_event::ROUTE_RESOLVED, 6 * MS, "ROUTE_RESOLVED"),
-            tp_in(CmOp::TpSendReq, 2, 17, 10 * MS, "CONNECT"),
+            joined(call(CmOp::Connect, 2, 10 * MS, "CONNECT"), 17),
             handler(3, cm_event::CONNECT_REQUEST, 12 * MS, "CONNECT"),
-            tp_in(CmOp::TpSendRep, 3, 18, 15 * MS, "CONNECT"),
+            accept(3, 18, 15 * MS),
             handler(2, cm_event::CONNECT_RESPONSE, 17 * MS, "CONNECT"),
-            tp(CmOp::TpSendRtu, 2, 0, 19 * MS),
+            call(CmOp::RepRecv, 2, 19 * MS, "CONNECT"),
             handler(3, cm_event::ESTABLISHED, 21 * MS, "CONNECT"),
         ]
     }
@@ -726,7 +684,8 @@ mod tests {
         assert_eq!(
             connects(&out),
             vec![
-                ("active", Duration::from_millis(9)),
+                // Connect's start to the end of cma_rep_recv (the RTU sent)
+                ("active", Duration::from_micros(9_050)),
                 ("passive", Duration::from_millis(9))
             ]
         );
@@ -797,12 +756,12 @@ mod tests {
             c.handle(&e, &mut out);
         }
         for e in [
-            tp_in(CmOp::TpDisconnect, 2, 0, 30 * MS, "ESTABLISHED"),
+            call(CmOp::Disconnect, 2, 30 * MS, "CONNECT"),
             handler(3, cm_event::DISCONNECTED, 31 * MS, "DISCONNECT"),
             handler(2, cm_event::DISCONNECTED, 32 * MS, "DISCONNECT"),
-            tp(CmOp::TpIdDestroy, 3, 0, 40 * MS),
-            tp(CmOp::TpIdDestroy, 2, 0, 41 * MS),
-            tp(CmOp::TpIdDestroy, 1, 0, 42 * MS),
+            entry(CmOp::DestroyId, 3, 40 * MS),
+            entry(CmOp::DestroyId, 2, 41 * MS),
+            entry(CmOp::DestroyId, 1, 42 * MS),
         ] {
             c.handle(&e, &mut out);
         }
@@ -817,7 +776,10 @@ mod tests {
         let mut out = Vec::new();
         let mut rejected = handler(2, cm_event::REJECTED, 20 * MS, "ROUTE_RESOLVED");
         rejected.status = 28;
-        for e in [tp(CmOp::TpSendReq, 2, 17, 10 * MS), rejected] {
+        for e in [
+            joined(call(CmOp::Connect, 2, 10 * MS, "CONNECT"), 17),
+            rejected,
+        ] {
             c.handle(&e, &mut out);
         }
         assert!(connects(&out).is_empty());
@@ -847,29 +809,6 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec!["rdma_create_qp", "cma_modify_qp_rtr"]);
-    }
-
-    #[test]
-    fn handler_tracepoints_pair_per_thread() {
-        let mut c = CmCorrelator::new(names());
-        let mut out = Vec::new();
-        let mut start = tp_in(CmOp::TpEventHandler, 3, 0, 10 * MS, "CONNECT");
-        start.event = cm_event::ESTABLISHED;
-        let mut done = tp_in(CmOp::TpEventDone, 3, 0, 10 * MS + 500, "CONNECT");
-        done.event = cm_event::ESTABLISHED;
-        // another thread's handler in between does not pair with ours
-        let mut other = tp(CmOp::TpEventHandler, 9, 0, 10 * MS + 100);
-        other.tid = 2;
-        c.handle(&other, &mut out);
-        c.handle(&start, &mut out);
-        c.handle(&done, &mut out);
-        assert!(out.contains(&Observation::CmEvent {
-            event: "ESTABLISHED",
-            status: Label::from("0"),
-            duration: Duration::from_nanos(500),
-            result: 0
-        }));
-        assert_eq!(c.state_of(3), Some(ESTABLISHED));
     }
 
     #[test]
@@ -906,7 +845,7 @@ mod tests {
         let mut c = CmCorrelator::new(names());
         let mut out = Vec::new();
         c.handle(&call(CmOp::Listen, 4, 0, "LISTEN"), &mut out);
-        c.handle(&tp(CmOp::TpIdDestroy, 4, 0, MS), &mut out);
+        c.handle(&entry(CmOp::DestroyId, 4, MS), &mut out);
         // cma_cm_event_handler began before the destroy, returned after it
         c.handle(
             &handler(4, cm_event::DISCONNECTED, MS / 2, "DESTROYING"),

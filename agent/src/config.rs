@@ -121,10 +121,13 @@ pub enum ProbeModeSetting {
 }
 
 fn parse_group(s: &str) -> Result<Group, String> {
-    Group::from_name(s).ok_or_else(|| format!("unknown probe group {s:?} (qp, cm, kernel-ulp)"))
+    Group::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+        format!("unknown probe group {s:?} ({})", names.join(", "))
+    })
 }
 
-/// `ADDR` or `ADDR:PORT`, IPv4 or `[IPv6]:PORT`; the port defaults to 9436.
+/// `ADDR` or `ADDR:PORT`, IPv4 or `[IPv6]:PORT`; the port defaults to 9723.
 pub fn parse_target_address(s: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Ok(addr);
@@ -172,7 +175,8 @@ pub struct RunArgs {
     /// `log_format` [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// `probes.groups`: probe groups to attach, comma-separated [default: qp,cm,kernel-ulp].
+    /// `probes.groups`: probe groups to attach, comma-separated: qp, cm,
+    /// kernel-ulp, ib-cm-tracepoints (pins ib_cm) [default: qp,cm,kernel-ulp].
     #[arg(long, value_delimiter = ',', value_parser = parse_group, value_name = "LIST")]
     pub groups: Option<Vec<Group>>,
     /// `probes.strict`: exit if any hook of an enabled group does not attach.
@@ -278,7 +282,7 @@ impl Default for Settings {
             listen: DEFAULT_LISTEN.parse().expect("valid"),
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
-            groups: Group::ALL.to_vec(),
+            groups: Group::DEFAULT.to_vec(),
             strict: false,
             reconcile: true,
             bpf_stats: false,
@@ -555,7 +559,7 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Settings, ConfigError> {
     if let Some(groups) = &p.groups {
         s.groups = cx.check("probes.groups", groups, |names| {
             if names.is_empty() {
-                return Err("needs at least one of qp, cm, kernel-ulp".to_owned());
+                return Err("needs at least one group".to_owned());
             }
             names.iter().map(|n| parse_group(n)).collect()
         })?;
@@ -1050,7 +1054,7 @@ mod prop {
         (
             1u16..,
             12u32..=30,
-            proptest::sample::subsequence(Group::ALL.to_vec(), 1..=3),
+            proptest::sample::subsequence(Group::ALL.to_vec(), 1..=Group::ALL.len()),
             1i64..=(1 << 24),
             1i64..=4096,
             proptest::collection::btree_set(1u32..1_000_000, 1..10),

@@ -129,10 +129,6 @@ pub enum Observation {
         duration: Duration,
         rc: i32,
     },
-    /// A hit of an `rdma_cma:*` tracepoint.
-    TracepointHit {
-        tracepoint: &'static str,
-    },
 }
 
 pub trait Observer {

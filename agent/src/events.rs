@@ -3,8 +3,8 @@
 use std::{mem::size_of, time::Duration};
 
 use qpwatch_common::{
-    CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_ATTACHED, CM_FLAG_HAS_QP, CM_FLAG_STATE,
-    CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK,
+    CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_ATTACHED, CM_FLAG_CONN_PARAM,
+    CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK,
 };
 use thiserror::Error;
 
@@ -134,7 +134,7 @@ impl QpCall {
     }
 }
 
-/// One completed RDMA CM call or handler, or a CM tracepoint hit.
+/// One completed RDMA CM call or handler, or the entry of an entry-only hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmCall {
     pub op: CmOp,
@@ -158,6 +158,8 @@ pub struct CmCall {
     pub qp_type: QpType,
     pub user: bool,
     pub has_qp: bool,
+    /// `rdma_accept()` with connection parameters: the passive side's REP.
+    pub conn_param: bool,
     comm: [u8; qpwatch_common::COMM_LEN],
     device: [u8; qpwatch_common::DEVICE_NAME_LEN],
 }
@@ -197,6 +199,7 @@ impl CmCall {
             qp_type: QpType::Rc,
             user: true,
             has_qp: false,
+            conn_param: false,
             comm: *b"synthetic\0\0\0\0\0\0\0",
             device,
         }
@@ -262,6 +265,7 @@ fn decode_cm(bytes: &[u8]) -> Result<CmCall, DecodeError> {
         qp_type: QpType::from_kernel(raw.qp_type),
         user: raw.flags & CM_FLAG_USER != 0,
         has_qp: raw.flags & CM_FLAG_HAS_QP != 0,
+        conn_param: raw.flags & CM_FLAG_CONN_PARAM != 0,
         comm: raw.comm,
         device: raw.device,
     })

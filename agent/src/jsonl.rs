@@ -137,10 +137,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
         let names = cm.names();
         let from = call.state.map(|s| names.state(s));
         let to = call.state_after.map(|s| names.state(s));
-        let has_event = matches!(
-            call.op,
-            CmOp::EventHandler | CmOp::UcmaHandler | CmOp::TpEventHandler | CmOp::TpEventDone
-        );
+        let has_event = matches!(call.op, CmOp::EventHandler | CmOp::UcmaHandler);
         let ib_event = matches!(call.op, CmOp::IbHandler | CmOp::IbReqHandler)
             .then(|| names.ib_event(call.event));
         let cm_event = if has_event {
@@ -208,9 +205,9 @@ mod tests {
         );
         sink.qp(&call, Some(QpState::Init), Some(4));
         let cm = CmCorrelator::new(CmNames::linux_6_1());
-        let mut send_req = CmCall::synthetic(CmOp::TpSendReq, 4, 2_000);
-        send_req.qp_num = 17;
-        sink.cm(&send_req, &cm);
+        let mut connect = CmCall::synthetic(CmOp::Connect, 4, 2_000);
+        connect.qp_num = 17;
+        sink.cm(&connect, &cm);
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()
@@ -222,7 +219,7 @@ mod tests {
         assert_eq!(lines[0]["to_state"], "RTR");
         assert_eq!(lines[0]["duration_ns"], 2_500);
         assert_eq!(lines[0]["cm_id"], 4);
-        assert_eq!(lines[1]["op"], "rdma_cma:cm_send_req");
+        assert_eq!(lines[1]["op"], "rdma_connect_locked");
         assert_eq!(lines[1]["qp_num"], 17);
         assert_eq!(lines[1]["cm_id"], 4);
         assert!(lines[1]["ts"].as_str().unwrap().ends_with('Z'));

@@ -504,14 +504,13 @@ impl Metrics {
         }
     }
 
-    /// Sets `qpwatch_probe_attached` for each hook of an enabled group; a
-    /// fallback in standby (its primary is attached) is not exported.
+    /// Sets `qpwatch_probe_attached` for each hook of an enabled group.
     pub fn set_hook_statuses(&self, statuses: &[(String, HookStatus)]) {
         for (hook, status) in statuses {
             let value = match status {
                 HookStatus::Attached => 1,
                 HookStatus::Detached(_) => 0,
-                HookStatus::Standby | HookStatus::Disabled => {
+                HookStatus::Disabled => {
                     let _ = self.probe_attached.remove_label_values(&[hook]);
                     continue;
                 }
@@ -743,7 +742,6 @@ impl Observer for Metrics {
                         .inc();
                 }
             }
-            Observation::TracepointHit { tracepoint } => self.tracepoint_hits(tracepoint, 1),
         }
     }
 
@@ -865,8 +863,8 @@ mod tests {
             Some(0.0),
             "exported at zero from the start"
         );
-        m.add_lost([5, 0, 1]);
-        m.add_lost([2, 0, 0]);
+        m.add_lost([5, 0, 1, 0, 0]);
+        m.add_lost([2, 0, 0, 0, 0]);
         let text = render(&m.registry);
         assert_eq!(
             value(

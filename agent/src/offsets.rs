@@ -306,6 +306,14 @@ pub fn module_btf_present(dir: &Path, module: &str) -> bool {
     dir.join(module).exists()
 }
 
+/// Identifies one load of a kernel module: the inode number of its BTF file,
+/// which the kernel creates anew at every load (btf_module_notify) from
+/// cyclically allocated kernfs ids. `None` while the module is not loaded.
+pub fn module_generation(dir: &Path, module: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(dir.join(module)).ok().map(|m| m.ino())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

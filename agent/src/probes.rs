@@ -5,35 +5,16 @@
 //! offsets are written into the programs' globals at load time. So the CM
 //! instance can be loaded later than the QP one, when rdma_cm appears.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::{KProbe, ProgramError, RawTracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
-use qpwatch_common::{CmOffsets, KernelOffsets, IB_CM_TRACEPOINTS, LOST_REASONS};
+use qpwatch_common::{hook, CmOffsets, CmOp, KernelOffsets, IB_CM_TRACEPOINTS, LOST_REASONS};
 use thiserror::Error;
 use tracing::{debug, info, warn};
-
-/// The `rdma_cma:*` tracepoints (drivers/infiniband/core/cma_trace.h) used;
-/// program `tp_<name>` each.
-pub const CMA_TRACEPOINTS: [&str; 14] = [
-    "cm_send_req",
-    "cm_send_rep",
-    "cm_send_rtu",
-    "cm_send_rej",
-    "cm_send_mra",
-    "cm_disconnect",
-    "cm_sent_dreq",
-    "cm_sent_drep",
-    "cm_id_destroy",
-    "cm_qp_create",
-    "cm_qp_destroy",
-    "cm_event_handler",
-    "cm_event_done",
-    "cm_req_handler",
-];
 
 /// The eBPF object built by build.rs from `ebpf/`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qpwatch-ebpf"));
@@ -43,20 +24,33 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 pub enum Group {
     /// ib_core QP create/modify/destroy.
     Qp,
-    /// RDMA CM calls, event handlers and tracepoints.
+    /// RDMA CM calls and event handlers.
     Cm,
     /// rdma_create_qp / rdma_destroy_qp and the CMA's QP transitions for in-kernel ULPs.
     KernelUlp,
+    /// The `ib_cma:*` tracepoints of ib_cm, counted. Opt-in: a tracepoint
+    /// attachment holds its module, so ib_cm cannot be unloaded while they
+    /// are attached.
+    IbCmTracepoints,
 }
 
 impl Group {
-    pub const ALL: [Group; 3] = [Group::Qp, Group::Cm, Group::KernelUlp];
+    pub const ALL: [Group; 4] = [
+        Group::Qp,
+        Group::Cm,
+        Group::KernelUlp,
+        Group::IbCmTracepoints,
+    ];
+    /// Attached unless the configuration says otherwise: every group that
+    /// leaves the RDMA modules free to unload.
+    pub const DEFAULT: [Group; 3] = [Group::Qp, Group::Cm, Group::KernelUlp];
 
     pub fn name(self) -> &'static str {
         match self {
             Group::Qp => "qp",
             Group::Cm => "cm",
             Group::KernelUlp => "kernel-ulp",
+            Group::IbCmTracepoints => "ib-cm-tracepoints",
         }
     }
 
@@ -89,6 +83,14 @@ impl InstanceKind {
         match self {
             InstanceKind::IbCore => "ib_core",
             InstanceKind::RdmaCm => "rdma_cm",
+        }
+    }
+
+    /// The instance whose offsets the programs hooked in `module` read.
+    fn for_module(module: &str) -> Self {
+        match module {
+            "ib_core" => InstanceKind::IbCore,
+            _ => InstanceKind::RdmaCm,
         }
     }
 }
@@ -135,7 +137,7 @@ pub enum Attach {
     /// A raw tracepoint; `category` only names it.
     RawTracepoint {
         category: &'static str,
-        name: String,
+        name: &'static str,
     },
 }
 
@@ -147,8 +149,11 @@ pub struct Hook {
     pub attach: Attach,
     pub group: Group,
     pub instance: InstanceKind,
-    /// Attach only if the hook with this label did not attach (a fallback).
-    pub fallback_for: Option<&'static str>,
+    /// The kernel module the function or tracepoint is in: the hook goes
+    /// away with it and is attached again when it is back.
+    pub module: &'static str,
+    /// A kretprobe's entry in `RETURN_HOOKED_SINCE` ([`hook::return_slot`]).
+    pub return_slot: Option<u32>,
 }
 
 impl Hook {
@@ -165,54 +170,40 @@ impl Hook {
     }
 }
 
-/// The raw tracepoint `category:name`, attached by the program `tp_<name>`.
-fn raw_tracepoint(
-    category: &'static str,
-    name: &str,
-    group: Group,
-    instance: InstanceKind,
-) -> Hook {
+/// A kprobe alone: the program records the call at its entry.
+fn kprobe(program: &str, function: &'static str, module: &'static str, group: Group) -> Hook {
     Hook {
-        program: format!("tp_{name}"),
-        attach: Attach::RawTracepoint {
-            category,
-            name: name.to_owned(),
+        program: program.to_owned(),
+        attach: Attach::Kprobe {
+            function,
+            ret: false,
         },
         group,
-        instance,
-        fallback_for: None,
+        instance: InstanceKind::for_module(module),
+        module,
+        return_slot: None,
     }
 }
 
+/// A kprobe and kretprobe on `function`, programs `entry` and `entry_ret`,
+/// whose in-flight calls the programs key by `hook_id`.
 fn kprobe_pair(
     entry: &str,
-    ret: &str,
     function: &'static str,
+    module: &'static str,
     group: Group,
-    instance: InstanceKind,
+    hook_id: u32,
 ) -> [Hook; 2] {
-    [
-        Hook {
-            program: entry.to_owned(),
-            attach: Attach::Kprobe {
-                function,
-                ret: false,
-            },
-            group,
-            instance,
-            fallback_for: None,
+    let ret = Hook {
+        program: format!("{entry}_ret"),
+        attach: Attach::Kprobe {
+            function,
+            ret: true,
         },
-        Hook {
-            program: ret.to_owned(),
-            attach: Attach::Kprobe {
-                function,
-                ret: true,
-            },
-            group,
-            instance,
-            fallback_for: None,
-        },
-    ]
+        return_slot: Some(hook::return_slot(hook_id)),
+        ..kprobe(entry, function, module, group)
+    };
+    [kprobe(entry, function, module, group), ret]
 }
 
 /// Every hook qpwatch knows, in attach order. Within a pair the entry probe
@@ -220,87 +211,80 @@ fn kprobe_pair(
 /// without its entry.
 pub fn all_hooks() -> Vec<Hook> {
     use Group::*;
-    use InstanceKind::*;
     let mut hooks = Vec::new();
-    for (entry, ret, function) in [
-        ("qp_create_user", "qp_create_user_ret", "ib_create_qp_user"),
+    for (program, function, id) in [
+        ("qp_create_user", "ib_create_qp_user", hook::CREATE_QP_USER),
         (
             "qp_create_kernel",
-            "qp_create_kernel_ret",
             "ib_create_qp_kernel",
+            hook::CREATE_QP_KERNEL,
         ),
-        ("qp_modify", "qp_modify_ret", "_ib_modify_qp"),
-        ("qp_destroy", "qp_destroy_ret", "ib_destroy_qp_user"),
+        ("qp_modify", "_ib_modify_qp", hook::MODIFY_QP),
+        ("qp_destroy", "ib_destroy_qp_user", hook::DESTROY_QP),
     ] {
-        hooks.extend(kprobe_pair(entry, ret, function, Qp, IbCore));
+        hooks.extend(kprobe_pair(program, function, "ib_core", Qp, id));
     }
-    for (entry, ret, function) in [
-        ("cm_create_qp", "cm_create_qp_ret", "rdma_create_qp"),
-        ("cm_init_conn_qp", "cm_init_conn_qp_ret", "cma_init_conn_qp"),
-        ("cm_init_ud_qp", "cm_init_ud_qp_ret", "cma_init_ud_qp"),
-        (
-            "cm_modify_qp_rtr",
-            "cm_modify_qp_rtr_ret",
-            "cma_modify_qp_rtr",
-        ),
-        (
-            "cm_modify_qp_rts",
-            "cm_modify_qp_rts_ret",
-            "cma_modify_qp_rts",
-        ),
-        (
-            "cm_modify_qp_err",
-            "cm_modify_qp_err_ret",
-            "cma_modify_qp_err",
-        ),
+    let cm = |op: CmOp| hook::CM_BASE + op as u32;
+    for (program, function, op) in [
+        ("cm_create_qp", "rdma_create_qp", CmOp::CreateQp),
+        ("cm_init_conn_qp", "cma_init_conn_qp", CmOp::InitConnQp),
+        ("cm_init_ud_qp", "cma_init_ud_qp", CmOp::InitUdQp),
+        ("cm_modify_qp_rtr", "cma_modify_qp_rtr", CmOp::ModifyQpRtr),
+        ("cm_modify_qp_rts", "cma_modify_qp_rts", CmOp::ModifyQpRts),
+        ("cm_modify_qp_err", "cma_modify_qp_err", CmOp::ModifyQpErr),
     ] {
-        hooks.extend(kprobe_pair(entry, ret, function, KernelUlp, RdmaCm));
+        hooks.extend(kprobe_pair(program, function, "rdma_cm", KernelUlp, cm(op)));
     }
-    for name in CMA_TRACEPOINTS {
-        hooks.push(raw_tracepoint("rdma_cma", name, Cm, RdmaCm));
-    }
-    // The raw tracepoints around the consumer's handler give what a kprobe
-    // pair on cma_cm_event_handler would: the pair stands by in case they
-    // cannot attach.
-    let [mut handler_entry, mut handler_return] = kprobe_pair(
-        "cm_event_handler",
-        "cm_event_handler_ret",
-        "cma_cm_event_handler",
-        Cm,
-        RdmaCm,
-    );
-    handler_entry.fallback_for = Some("raw_tracepoint:rdma_cma:cm_event_handler");
-    handler_return.fallback_for = Some("raw_tracepoint:rdma_cma:cm_event_done");
-    hooks.extend([handler_entry, handler_return]);
-    for (entry, ret, function) in [
-        ("cm_ib_handler", "cm_ib_handler_ret", "cma_ib_handler"),
+    hooks.push(kprobe(
+        "cm_destroy_qp",
+        "rdma_destroy_qp",
+        "rdma_cm",
+        KernelUlp,
+    ));
+    for (program, function, op) in [
+        (
+            "cm_event_handler",
+            "cma_cm_event_handler",
+            CmOp::EventHandler,
+        ),
+        ("cm_ib_handler", "cma_ib_handler", CmOp::IbHandler),
         (
             "cm_ib_req_handler",
-            "cm_ib_req_handler_ret",
             "cma_ib_req_handler",
+            CmOp::IbReqHandler,
         ),
-        (
-            "cm_ucma_handler",
-            "cm_ucma_handler_ret",
-            "ucma_event_handler",
-        ),
-        (
-            "cm_resolve_addr",
-            "cm_resolve_addr_ret",
-            "rdma_resolve_addr",
-        ),
-        (
-            "cm_resolve_route",
-            "cm_resolve_route_ret",
-            "rdma_resolve_route",
-        ),
-        ("cm_listen", "cm_listen_ret", "rdma_listen"),
+        ("cm_resolve_addr", "rdma_resolve_addr", CmOp::ResolveAddr),
+        ("cm_resolve_route", "rdma_resolve_route", CmOp::ResolveRoute),
+        ("cm_listen", "rdma_listen", CmOp::Listen),
+        ("cm_connect", "rdma_connect_locked", CmOp::Connect),
+        ("cm_accept", "rdma_accept", CmOp::Accept),
+        ("cm_rep_recv", "cma_rep_recv", CmOp::RepRecv),
+        ("cm_reject", "rdma_reject", CmOp::Reject),
+        ("cm_disconnect", "rdma_disconnect", CmOp::Disconnect),
     ] {
-        hooks.extend(kprobe_pair(entry, ret, function, Cm, RdmaCm));
+        hooks.extend(kprobe_pair(program, function, "rdma_cm", Cm, cm(op)));
     }
+    hooks.extend(kprobe_pair(
+        "cm_ucma_handler",
+        "ucma_event_handler",
+        "rdma_ucm",
+        Cm,
+        cm(CmOp::UcmaHandler),
+    ));
+    hooks.push(kprobe("cm_destroy_id", "_destroy_id", "rdma_cm", Cm));
     // IB CM protocol messages and errors, counted in the kernel.
     for name in IB_CM_TRACEPOINTS {
-        hooks.push(raw_tracepoint("ib_cma", name, Cm, RdmaCm));
+        hooks.push(Hook {
+            program: format!("tp_{name}"),
+            attach: Attach::RawTracepoint {
+                category: "ib_cma",
+                name,
+            },
+            group: IbCmTracepoints,
+            instance: InstanceKind::RdmaCm,
+            module: "ib_cm",
+            return_slot: None,
+        });
     }
     hooks
 }
@@ -331,8 +315,6 @@ pub enum HookStatus {
     Attached,
     /// Not attached; why (module missing, symbol missing, verifier, ...).
     Detached(String),
-    /// A fallback whose primary hook is attached.
-    Standby,
     /// Its group is switched off in the config.
     Disabled,
 }
@@ -342,11 +324,19 @@ pub struct Instance {
     pub kind: InstanceKind,
     ebpf: Ebpf,
     loaded: HashSet<String>,
-    attached: HashSet<String>,
-    /// Owned links: each detaches when dropped (see [`Instance::detach`]).
-    links: Vec<Box<dyn Send>>,
+    /// Attached hooks by label: each link detaches when dropped (see
+    /// [`Instance::detach`]).
+    attached: HashMap<String, AttachedHook>,
     /// Kernel program id → hook label, for BPF run-time statistics.
-    pub program_ids: Vec<(u32, String)>,
+    pub program_ids: HashMap<u32, String>,
+}
+
+struct AttachedHook {
+    link: Box<dyn Send>,
+    module: &'static str,
+    return_slot: Option<u32>,
+    /// The module's load it was attached in ([`module_generation`]).
+    generation: u64,
 }
 
 impl Instance {
@@ -368,27 +358,27 @@ impl Instance {
             kind,
             ebpf,
             loaded: HashSet::new(),
-            attached: HashSet::new(),
-            links: Vec::new(),
-            program_ids: Vec::new(),
+            attached: HashMap::new(),
+            program_ids: HashMap::new(),
         })
     }
 
     pub fn is_attached(&self, label: &str) -> bool {
-        self.attached.contains(label)
+        self.attached.contains_key(label)
     }
 
     pub fn attached_count(&self) -> usize {
         self.attached.len()
     }
 
-    /// Tries to attach `hook` (a no-op if it already is).
-    pub fn attach(&mut self, hook: &Hook) -> Result<(), String> {
+    /// Tries to attach `hook`, whose module is in its load `generation` (a
+    /// no-op if it is attached).
+    pub fn attach(&mut self, hook: &Hook, generation: u64) -> Result<(), String> {
         let label = hook.label();
-        if self.attached.contains(&label) {
+        if self.attached.contains_key(&label) {
             return Ok(());
         }
-        self.try_attach(hook).map_err(|e| {
+        let link = self.try_attach(hook).map_err(|e| {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
@@ -407,25 +397,78 @@ impl Instance {
             text
         })?;
         debug!(hook = %label, program = hook.program, "attached");
+        if let Some(slot) = hook.return_slot {
+            self.set_return_hooked_since(
+                slot,
+                crate::events::clock_ns(libc::CLOCK_MONOTONIC) as u64,
+            );
+        }
         if let Some(id) = self
             .ebpf
             .program(&hook.program)
             .and_then(|p| p.info().ok())
             .map(|info| info.id())
         {
-            self.program_ids.push((id, label.clone()));
+            self.program_ids.insert(id, label.clone());
         }
-        self.attached.insert(label);
+        self.attached.insert(
+            label,
+            AttachedHook {
+                link,
+                module: hook.module,
+                return_slot: hook.return_slot,
+                generation,
+            },
+        );
         Ok(())
     }
 
-    fn try_attach(&mut self, hook: &Hook) -> Result<(), ProbeError> {
+    /// Detaches the hooks whose module went away or was loaded again since
+    /// they were attached (`generation` of a module: `None` if not loaded).
+    /// Returns their labels and modules.
+    pub fn detach_stale(
+        &mut self,
+        generation: impl Fn(&str) -> Option<u64>,
+    ) -> Vec<(String, &'static str)> {
+        let stale: Vec<String> = self
+            .attached
+            .iter()
+            .filter(|(_, a)| generation(a.module) != Some(a.generation))
+            .map(|(label, _)| label.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|label| {
+                let hook = self.attached.remove(&label)?;
+                if let Some(slot) = hook.return_slot {
+                    self.set_return_hooked_since(slot, 0);
+                }
+                drop(hook.link);
+                Some((label, hook.module))
+            })
+            .collect()
+    }
+
+    /// Tells the programs since when a pair's kretprobe runs (0: it does not).
+    fn set_return_hooked_since(&mut self, slot: u32, since_ns: u64) {
+        let set = self
+            .ebpf
+            .map_mut("RETURN_HOOKED_SINCE")
+            .ok_or("no map")
+            .and_then(|map| aya::maps::Array::<_, u64>::try_from(map).map_err(|_| "not an array"))
+            .and_then(|mut array| array.set(slot, since_ns, 0).map_err(|_| "write failed"));
+        if let Err(error) = set {
+            warn!(slot, error, "RETURN_HOOKED_SINCE not written");
+        }
+    }
+
+    fn try_attach(&mut self, hook: &Hook) -> Result<Box<dyn Send>, ProbeError> {
         let first_load = !self.loaded.contains(&hook.program);
         let err = |source| ProbeError::Program {
             program: hook.program.clone(),
             source,
         };
-        match &hook.attach {
+        let link: Box<dyn Send> = match &hook.attach {
             Attach::Kprobe { function, .. } => {
                 let p: &mut KProbe = program_of(&mut self.ebpf, &hook.program)?
                     .try_into()
@@ -435,7 +478,7 @@ impl Instance {
                 }
                 self.loaded.insert(hook.program.clone());
                 let link = p.attach(function, 0).map_err(err)?;
-                self.links.push(Box::new(p.take_link(link).map_err(err)?));
+                Box::new(p.take_link(link).map_err(err)?)
             }
             Attach::RawTracepoint { name, .. } => {
                 let p: &mut RawTracePoint = program_of(&mut self.ebpf, &hook.program)?
@@ -446,10 +489,10 @@ impl Instance {
                 }
                 self.loaded.insert(hook.program.clone());
                 let link = p.attach(name).map_err(err)?;
-                self.links.push(Box::new(p.take_link(link).map_err(err)?));
+                Box::new(p.take_link(link).map_err(err)?)
             }
-        }
-        Ok(())
+        };
+        Ok(link)
     }
 
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
@@ -498,7 +541,10 @@ impl Instance {
     /// unregister_kprobe → synchronize_rcu), and the waits overlap.
     pub fn detach(mut self) {
         const THREADS: usize = 16;
-        let links = std::mem::take(&mut self.links);
+        let links: Vec<Box<dyn Send>> = std::mem::take(&mut self.attached)
+            .into_values()
+            .map(|a| a.link)
+            .collect();
         let chunk = links.len().div_ceil(THREADS).max(1);
         let mut chunks: Vec<Vec<Box<dyn Send>>> = Vec::new();
         let mut links = links.into_iter().peekable();
@@ -570,29 +616,32 @@ impl KernelCounters {
     }
 }
 
-/// Hooks to try for `kind`, honouring switched-off groups and fallbacks.
+/// Attaches the hooks of `instance` whose group is enabled and whose module
+/// is loaded (`generation` of a module: `None` if not loaded).
 pub fn attach_instance(
     instance: &mut Instance,
     hooks: &[Hook],
     enabled: &[Group],
+    generation: impl Fn(&str) -> Option<u64>,
 ) -> Vec<(String, HookStatus)> {
     let mut statuses = Vec::new();
     let kind = instance.kind;
+    let attached_before = instance.attached_count();
     for hook in hooks.iter().filter(|h| h.instance == kind) {
         let label = hook.label();
         if !enabled.contains(&hook.group) {
             statuses.push((label, HookStatus::Disabled));
             continue;
         }
-        if let Some(primary) = hook.fallback_for {
-            if instance.is_attached(primary) {
-                statuses.push((label, HookStatus::Standby));
-                continue;
-            }
-        }
-        let status = match instance.attach(hook) {
-            Ok(()) => HookStatus::Attached,
-            Err(reason) => HookStatus::Detached(reason),
+        let status = match generation(hook.module) {
+            None => HookStatus::Detached(format!("module {} not loaded", hook.module)),
+            Some(generation) => match instance.attach(hook, generation) {
+                Ok(()) => HookStatus::Attached,
+                Err(reason) => {
+                    debug!(hook = %label, %reason, "not attached");
+                    HookStatus::Detached(reason)
+                }
+            },
         };
         statuses.push((label, status));
     }
@@ -607,7 +656,7 @@ pub fn attach_instance(
             by_reason.entry(reason).or_default().push(label);
         }
     }
-    if by_reason.is_empty() {
+    if by_reason.is_empty() && instance.attached_count() > attached_before {
         info!(instance = instance.kind.name(), attached, "hooks attached");
     }
     for (reason, hooks) in by_reason {

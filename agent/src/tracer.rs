@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::{
     cm::CmNames,
     metrics::Metrics,
-    offsets::{module_btf_present, KernelBtf},
+    offsets::{module_generation, KernelBtf},
     pipeline::Pipeline,
     probes::{
         all_hooks, attach_instance, Group, Hook, HookStatus, Instance, InstanceKind, KernelCounters,
@@ -53,6 +53,8 @@ pub struct TracerConfig {
 
 struct Running {
     instance: Instance,
+    /// The loads of the instance's modules it was loaded against.
+    generations: Vec<Option<u64>>,
     stop: watch::Sender<bool>,
     drain: JoinHandle<()>,
 }
@@ -199,37 +201,39 @@ impl Tracer {
         }
     }
 
+    /// The current load of each module a hook or instance needs (`None`: not loaded).
+    fn generations(&self) -> HashMap<&'static str, Option<u64>> {
+        let mut modules: Vec<&'static str> = self.hooks.iter().map(|h| h.module).collect();
+        modules.extend(
+            InstanceKind::ALL
+                .iter()
+                .flat_map(|k| k.modules().iter().copied()),
+        );
+        modules
+            .into_iter()
+            .map(|m| (m, module_generation(&self.config.btf_dir, m)))
+            .collect()
+    }
+
     /// One supervision round; see the module docs.
     pub async fn poll(&mut self) -> Result<(), TracerError> {
         let modules = loaded_modules();
         let modules_changed = modules != self.modules_seen;
         self.modules_seen = modules;
+        let generations = self.generations();
+        let generation = |m: &str| generations.get(m).copied().flatten();
         let mut started = false;
 
         for kind in InstanceKind::ALL {
             if !self.wanted(kind) {
                 continue;
             }
-            let present = kind
-                .modules()
-                .iter()
-                .all(|m| module_btf_present(&self.config.btf_dir, m));
-            match (self.running.contains_key(&kind), present) {
-                (false, true) => {
-                    self.start(kind);
-                    started = true;
-                }
-                (false, false) => {
-                    let missing: Vec<&str> = kind
-                        .modules()
-                        .iter()
-                        .copied()
-                        .filter(|m| !module_btf_present(&self.config.btf_dir, m))
-                        .collect();
-                    let reason = format!("module {} not loaded", missing.join(", "));
-                    self.fail(kind, reason);
-                }
-                (true, false) => {
+            let now: Vec<Option<u64>> = kind.modules().iter().map(|m| generation(m)).collect();
+            let present = now.iter().all(Option::is_some);
+            if let Some(running) = self.running.get(&kind) {
+                if running.generations != now {
+                    // gone, or unloaded and loaded again between two polls:
+                    // its hooks went with the old module
                     let reason = "module unloaded".to_owned();
                     warn!(instance = kind.name(), "{reason}: detaching its hooks");
                     self.stop(kind).await;
@@ -238,8 +242,23 @@ impl Tracer {
                     }
                     self.set_instance_status(kind, &reason);
                 }
-                (true, true) if modules_changed => self.retry(kind),
-                (true, true) => {}
+            }
+            match (self.running.contains_key(&kind), present) {
+                (false, true) => {
+                    self.start(kind, &generation);
+                    started = true;
+                }
+                (false, false) => {
+                    let missing: Vec<&str> = kind
+                        .modules()
+                        .iter()
+                        .copied()
+                        .filter(|m| generation(m).is_none())
+                        .collect();
+                    let reason = format!("module {} not loaded", missing.join(", "));
+                    self.fail(kind, reason);
+                }
+                (true, _) => self.refresh_hooks(kind, modules_changed, &generation),
             }
         }
         if started {
@@ -281,8 +300,8 @@ impl Tracer {
         self.set_instance_status(kind, &reason);
     }
 
-    fn start(&mut self, kind: InstanceKind) {
-        match self.load(kind) {
+    fn start(&mut self, kind: InstanceKind, generation: &impl Fn(&str) -> Option<u64>) {
+        match self.load(kind, generation) {
             Ok(()) => {
                 self.last_failure.remove(&kind);
             }
@@ -290,7 +309,11 @@ impl Tracer {
         }
     }
 
-    fn load(&mut self, kind: InstanceKind) -> Result<(), String> {
+    fn load(
+        &mut self,
+        kind: InstanceKind,
+        generation: &impl Fn(&str) -> Option<u64>,
+    ) -> Result<(), String> {
         let offsets = self.btf.qp_offsets().map_err(|e| e.to_string())?;
         let cm_offsets = match kind {
             InstanceKind::IbCore => CmOffsets::default(),
@@ -323,7 +346,7 @@ impl Tracer {
         let mut instance =
             Instance::load(kind, &offsets, &cm_offsets, self.config.ring_buffer_bytes)
                 .map_err(|e| format!("{e}: {}", error_chain(&e)))?;
-        let statuses = attach_instance(&mut instance, &self.hooks, &self.config.groups);
+        let statuses = attach_instance(&mut instance, &self.hooks, &self.config.groups, generation);
         for (label, status) in statuses {
             if let HookStatus::Detached(reason) = &status {
                 debug!(hook = %label, %reason, "not attached");
@@ -366,13 +389,15 @@ impl Tracer {
             let mut set = self.counters.lock().expect("not poisoned");
             set.instances.insert(kind, counters);
             if self.config.bpf_stats {
-                set.programs.extend(instance.program_ids.iter().cloned());
+                set.programs
+                    .extend(instance.program_ids.iter().map(|(id, l)| (*id, l.clone())));
             }
         }
         self.running.insert(
             kind,
             Running {
                 instance,
+                generations: kind.modules().iter().map(|m| generation(m)).collect(),
                 stop,
                 drain,
             },
@@ -432,13 +457,47 @@ impl Tracer {
         }
     }
 
-    fn retry(&mut self, kind: InstanceKind) {
+    /// Detaches the hooks whose own module (rdma_ucm, ib_cm) went away or was
+    /// reloaded, and retries the detached ones when the set of loaded
+    /// modules changed.
+    fn refresh_hooks(
+        &mut self,
+        kind: InstanceKind,
+        modules_changed: bool,
+        generation: &impl Fn(&str) -> Option<u64>,
+    ) {
         let Some(running) = self.running.get_mut(&kind) else {
             return;
         };
-        let statuses = attach_instance(&mut running.instance, &self.hooks, &self.config.groups);
-        for (label, status) in statuses {
-            self.statuses.insert(label, status);
+        let stale = running.instance.detach_stale(generation);
+        for (label, module) in &stale {
+            self.statuses.insert(
+                label.clone(),
+                HookStatus::Detached(format!("module {module} unloaded")),
+            );
+        }
+        if !stale.is_empty() {
+            warn!(
+                instance = kind.name(),
+                "{} hooks detached, their module unloaded: {}",
+                stale.len(),
+                stale
+                    .iter()
+                    .map(|(l, _)| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if modules_changed || !stale.is_empty() {
+            let statuses = attach_instance(
+                &mut running.instance,
+                &self.hooks,
+                &self.config.groups,
+                generation,
+            );
+            for (label, status) in statuses {
+                self.statuses.insert(label, status);
+            }
         }
     }
 

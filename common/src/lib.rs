@@ -21,7 +21,7 @@ pub enum EventKind {
     QpCreate = 1,
     QpModify = 2,
     QpDestroy = 3,
-    /// An RDMA CM call, handler or tracepoint: a [`CmEvent`].
+    /// An RDMA CM call or handler: a [`CmEvent`].
     Cm = 4,
 }
 
@@ -95,15 +95,22 @@ impl QpEvent {
     }
 }
 
-/// Key of the in-flight call table: one entry per (thread, hook) between a
-/// kprobe and its kretprobe.
+/// Key of the in-flight call table: one entry per (thread, hook, nesting
+/// level) between a kprobe and its kretprobe. A hooked function can run
+/// inside itself on one thread (`rdma_listen` on a wildcard address calls
+/// `rdma_listen` for each device, `cma_listen_on_dev`): level 0 holds the
+/// outermost call, level n the call n deep inside it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingKey {
     pub pid_tgid: u64,
     pub hook: u32,
-    pub _reserved: u32,
+    pub level: u32,
 }
+
+/// Nesting levels of one hook on one thread that are recorded; a call deeper
+/// than that is counted as [`LostReason::NestedTooDeep`].
+pub const MAX_NESTING: u32 = 4;
 
 /// Index into the per-CPU `LOST` counter array: why an event never reached userspace.
 #[repr(u32)]
@@ -113,18 +120,30 @@ pub enum LostReason {
     RingBufferFull = 0,
     /// The in-flight call table was full at the kprobe.
     PendingTableFull = 1,
-    /// A kretprobe fired with no matching kprobe entry (entry dropped or the
-    /// call began before the probes were attached).
+    /// A kretprobe fired with no matching kprobe entry (the call began before
+    /// the hooks were attached, or the kernel skipped the entry program: its
+    /// BPF recursion protection skips a program while another one runs on
+    /// the CPU).
     UnmatchedReturn = 2,
+    /// A call nested more than [`MAX_NESTING`] deep in calls of the same
+    /// hooked function on one thread.
+    NestedTooDeep = 3,
+    /// A call whose kretprobe never ran: a later call on the same thread
+    /// found its entry still open at the same or a shallower stack depth.
+    /// The kernel skips a return when more calls of the function are in
+    /// flight than the kretprobe's `maxactive` (`max(10, 2 × CPUs)`).
+    ReturnMissed = 4,
 }
 
-pub const LOST_REASONS: usize = 3;
+pub const LOST_REASONS: usize = 5;
 
 impl LostReason {
     pub const ALL: [LostReason; LOST_REASONS] = [
         LostReason::RingBufferFull,
         LostReason::PendingTableFull,
         LostReason::UnmatchedReturn,
+        LostReason::NestedTooDeep,
+        LostReason::ReturnMissed,
     ];
 
     pub const fn label(self) -> &'static str {
@@ -132,6 +151,8 @@ impl LostReason {
             LostReason::RingBufferFull => "ring_buffer_full",
             LostReason::PendingTableFull => "pending_table_full",
             LostReason::UnmatchedReturn => "unmatched_return",
+            LostReason::NestedTooDeep => "nested_too_deep",
+            LostReason::ReturnMissed => "return_missed",
         }
     }
 }
@@ -143,10 +164,26 @@ pub mod hook {
     pub const MODIFY_QP: u32 = 3;
     pub const DESTROY_QP: u32 = 4;
     pub const CM_BASE: u32 = 1000;
+
+    /// Entries of the `RETURN_HOOKED_SINCE` array.
+    pub const RETURN_SLOTS: u32 = 64;
+
+    /// A kprobe/kretprobe pair's entry in `RETURN_HOOKED_SINCE`, where the
+    /// agent writes when the kretprobe was attached (CLOCK_MONOTONIC ns; 0:
+    /// not attached). A call that began before that never gets its return
+    /// program run (the kernel sets up the return hook at the call's entry):
+    /// its entry is dropped, not counted as lost.
+    pub const fn return_slot(hook: u32) -> u32 {
+        if hook >= CM_BASE {
+            16 + hook - CM_BASE
+        } else {
+            hook
+        }
+    }
 }
 
-/// What produced a [`CmEvent`]: an rdma_cm function (kprobe + kretprobe) or
-/// an `rdma_cma:*` tracepoint.
+/// What produced a [`CmEvent`]: an rdma_cm function, hooked by a kprobe and
+/// kretprobe pair (a completed call) or by a kprobe alone (entry only).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmOp {
@@ -173,27 +210,25 @@ pub enum CmOp {
     ResolveAddr = 13,
     ResolveRoute = 14,
     Listen = 15,
-    /// `rdma_cma:cm_send_req` (cm_id, qp_num)
-    TpSendReq = 32,
-    TpSendRep = 33,
-    TpSendRtu = 34,
-    TpSendRej = 35,
-    TpSendMra = 36,
-    TpDisconnect = 37,
-    TpSentDreq = 38,
-    TpSentDrep = 39,
-    TpIdDestroy = 40,
-    TpQpCreate = 41,
-    TpQpDestroy = 42,
-    /// `rdma_cma:cm_event_handler`: delivery of an RDMA CM event (with
-    /// `cm_event_done`; the kprobe pair on cma_cm_event_handler is the fallback)
-    TpEventHandler = 43,
-    TpEventDone = 44,
-    TpReqHandler = 45,
+    /// `rdma_connect_locked(id, conn_param)`: sends the REQ (SIDR REQ for UD)
+    Connect = 16,
+    /// `rdma_accept(id, conn_param)`: the REP, or without parameters the
+    /// active side's RTU (through `cma_rep_recv`)
+    Accept = 17,
+    /// `cma_rep_recv(id_priv)`: the active side's QP to RTR and RTS, then the RTU
+    RepRecv = 18,
+    /// `rdma_reject(id, ...)`
+    Reject = 19,
+    /// `rdma_disconnect(id)`: DREQ, or DREP to the peer's DREQ
+    Disconnect = 20,
+    /// `_destroy_id(id_priv, state)` (entry only): the end of every id
+    DestroyId = 21,
+    /// `rdma_destroy_qp(id)` (entry only): a kernel QP leaves its id
+    DestroyQp = 22,
 }
 
 impl CmOp {
-    pub const ALL: [CmOp; 27] = [
+    pub const ALL: [CmOp; 20] = [
         CmOp::CreateQp,
         CmOp::InitConnQp,
         CmOp::InitUdQp,
@@ -207,20 +242,13 @@ impl CmOp {
         CmOp::ResolveAddr,
         CmOp::ResolveRoute,
         CmOp::Listen,
-        CmOp::TpSendReq,
-        CmOp::TpSendRep,
-        CmOp::TpSendRtu,
-        CmOp::TpSendRej,
-        CmOp::TpSendMra,
-        CmOp::TpDisconnect,
-        CmOp::TpSentDreq,
-        CmOp::TpSentDrep,
-        CmOp::TpIdDestroy,
-        CmOp::TpQpCreate,
-        CmOp::TpQpDestroy,
-        CmOp::TpEventHandler,
-        CmOp::TpEventDone,
-        CmOp::TpReqHandler,
+        CmOp::Connect,
+        CmOp::Accept,
+        CmOp::RepRecv,
+        CmOp::Reject,
+        CmOp::Disconnect,
+        CmOp::DestroyId,
+        CmOp::DestroyQp,
     ];
 
     pub fn from_u32(v: u32) -> Option<Self> {
@@ -246,8 +274,11 @@ pub const CM_FLAG_STATE_AFTER: u32 = 8;
 /// The id is attached to a device (`res.valid`): `cm_id` is meaningful. Ids
 /// are numbered from 0, so 0 is a valid id.
 pub const CM_FLAG_ATTACHED: u32 = 16;
+/// `rdma_accept()` was given connection parameters (the passive side's REP).
+pub const CM_FLAG_CONN_PARAM: u32 = 32;
 
-/// One RDMA CM observation: a completed call (kprobe pair) or a tracepoint hit.
+/// One RDMA CM observation: a completed call (kprobe pair) or a function
+/// entry (kprobe alone).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CmEvent {
@@ -256,11 +287,11 @@ pub struct CmEvent {
     /// [`CmOp`] as u32.
     pub op: u32,
     pub start_ns: u64,
-    /// Equal to `start_ns` for tracepoints.
+    /// Equal to `start_ns` for entry-only hooks.
     pub end_ns: u64,
     pub pid_tgid: u64,
-    /// Kernel address of the `rdma_id_private`, 0 for tracepoints. Identifies an
-    /// id before it is attached to a device (and has no `res.id` yet).
+    /// Kernel address of the `rdma_id_private`. Identifies an id before it is
+    /// attached to a device (and has no `res.id` yet).
     pub id_ptr: u64,
     /// `rdma_id_private.res.id`: the id `rdma res show cm_id` prints, valid
     /// when [`CM_FLAG_ATTACHED`] is set.

@@ -1,5 +1,6 @@
-//! RDMA CM programs: kprobe/kretprobe pairs on rdma_cm / rdma_ucm functions,
-//! raw tracepoints on `rdma_cma:*`, and counters on `ib_cma:*`.
+//! RDMA CM programs: kprobe/kretprobe pairs and entry kprobes on rdma_cm /
+//! rdma_ucm functions, and counters on the `ib_cma:*` tracepoints (an opt-in
+//! group: a tracepoint attachment holds its module, a kprobe does not).
 //!
 //! Every CM record carries the id's `res.id` (the id `rdma res show cm_id`
 //! prints) and, for kprobes, the `rdma_id_private` address, which identifies
@@ -14,10 +15,13 @@ use aya_ebpf::{
 };
 use qpwatch_common::{
     hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_ATTACHED,
-    CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN, IB_CM_TRACEPOINTS,
+    CM_FLAG_CONN_PARAM, CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN,
+    IB_CM_TRACEPOINTS,
 };
 
-use crate::{begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8};
+use crate::{
+    begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8, Pending,
+};
 
 #[no_mangle]
 static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
@@ -38,7 +42,7 @@ static CM_OFFSETS: Global<CmOffsets> = Global::new(CmOffsets {
 });
 
 #[map]
-static CM_PENDING: LruHashMap<PendingKey, CmEvent> = LruHashMap::with_max_entries(8192, 0);
+static CM_PENDING: LruHashMap<PendingKey, Pending<CmEvent>> = LruHashMap::with_max_entries(8192, 0);
 
 /// Hits per `ib_cma:*` tracepoint, indexed as `IB_CM_TRACEPOINTS`, in one
 /// per-CPU entry (one syscall reads them all).
@@ -96,7 +100,12 @@ fn describe_id(event: &mut CmEvent, id_priv: u64, k: &KernelOffsets, c: &CmOffse
 }
 
 #[inline(always)]
-fn begin_cm(op: CmOp, id_priv: u64, fill: impl FnOnce(&mut CmEvent, &KernelOffsets, &CmOffsets)) {
+fn begin_cm(
+    ctx: &ProbeContext,
+    op: CmOp,
+    id_priv: u64,
+    fill: impl FnOnce(&mut CmEvent, &KernelOffsets, &CmOffsets),
+) {
     let Some((k, c)) = cm_offsets() else { return };
     let mut event = new_cm_event(op);
     describe_id(&mut event, id_priv, &k, &c);
@@ -105,7 +114,7 @@ fn begin_cm(op: CmOp, id_priv: u64, fill: impl FnOnce(&mut CmEvent, &KernelOffse
         event.flags |= CM_FLAG_STATE;
     }
     fill(&mut event, &k, &c);
-    begin(&CM_PENDING, hook::CM_BASE + op as u32, &event);
+    begin(ctx, &CM_PENDING, hook::CM_BASE + op as u32, &event);
 }
 
 /// `only_with_qp`: drop the record when the id had no kernel QP at entry (the
@@ -141,7 +150,7 @@ macro_rules! cm_call {
         #[kprobe]
         pub fn $entry(ctx: ProbeContext) -> u32 {
             let arg0: u64 = ctx.arg(0).unwrap_or(0);
-            begin_cm($op, $arg0(arg0), |_, _, _| {});
+            begin_cm(&ctx, $op, $arg0(arg0), |_, _, _| {});
             0
         }
 
@@ -158,7 +167,7 @@ macro_rules! cma_qp_helper {
         #[kprobe]
         pub fn $entry(ctx: ProbeContext) -> u32 {
             let id_priv: u64 = ctx.arg(0).unwrap_or(0);
-            begin_cm($op, id_priv, |_, _, _| {});
+            begin_cm(&ctx, $op, id_priv, |_, _, _| {});
             0
         }
 
@@ -171,10 +180,7 @@ macro_rules! cma_qp_helper {
 }
 
 // int rdma_resolve_addr(struct rdma_cm_id *id, ...) and friends: the first
-// argument is the embedded `struct rdma_cm_id`. Connect, accept and
-// disconnect are seen through their tracepoints (cm_send_req, cm_send_rep,
-// cm_disconnect): every perf-based kprobe costs RCU grace periods, serialised,
-// when it is released.
+// argument is the embedded `struct rdma_cm_id`.
 cm_call!(
     cm_resolve_addr,
     cm_resolve_addr_ret,
@@ -188,6 +194,19 @@ cm_call!(
     id_priv_of
 );
 cm_call!(cm_listen, cm_listen_ret, CmOp::Listen, id_priv_of);
+// int rdma_connect_locked(struct rdma_cm_id *id, struct rdma_conn_param *):
+// the REQ (or SIDR REQ) goes out inside it (cma_connect_ib,
+// cma_resolve_ib_udp); rdma_connect() and librdmacm's connect end here.
+cm_call!(cm_connect, cm_connect_ret, CmOp::Connect, id_priv_of);
+cm_call!(cm_reject, cm_reject_ret, CmOp::Reject, id_priv_of);
+// int rdma_disconnect(struct rdma_cm_id *id): sends the DREQ, or the DREP
+// to the peer's DREQ.
+cm_call!(
+    cm_disconnect,
+    cm_disconnect_ret,
+    CmOp::Disconnect,
+    id_priv_of
+);
 
 // The static cma_*_qp helpers of drivers/infiniband/core/cma.c take the
 // rdma_id_private itself. cma_init_{conn,ud}_qp get the new QP as an argument
@@ -200,6 +219,11 @@ cma_qp_helper!(
     false
 );
 cma_qp_helper!(cm_init_ud_qp, cm_init_ud_qp_ret, CmOp::InitUdQp, false);
+// static int cma_rep_recv(struct rdma_id_private *id_priv): the active side
+// moves its kernel QP to RTR and RTS (if it has one) and sends the RTU; on
+// failure it rejects. From cma_ib_handler for kernel consumers, from
+// rdma_accept() without parameters for librdmacm after CONNECT_RESPONSE.
+cma_qp_helper!(cm_rep_recv, cm_rep_recv_ret, CmOp::RepRecv, false);
 cma_qp_helper!(
     cm_modify_qp_rtr,
     cm_modify_qp_rtr_ret,
@@ -226,7 +250,7 @@ pub fn cm_create_qp(ctx: ProbeContext) -> u32 {
     let id: u64 = ctx.arg(0).unwrap_or(0);
     let pd: u64 = ctx.arg(1).unwrap_or(0);
     let init_attr: u64 = ctx.arg(2).unwrap_or(0);
-    begin_cm(CmOp::CreateQp, id_priv_of(id), |event, k, _| {
+    begin_cm(&ctx, CmOp::CreateQp, id_priv_of(id), |event, k, _| {
         event.qp_type = read_u32(init_attr, k.ib_qp_init_attr_qp_type);
         if event.device[0] == 0 && pd != 0 {
             read_device_name(read_ptr(pd, k.ib_pd_device), k, &mut event.device);
@@ -241,15 +265,39 @@ pub fn cm_create_qp_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// `int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param
+/// *conn_param)`: with parameters, the passive side's REP (cma_accept_ib;
+/// `id_priv->qp_num` is the userspace QP's); without, the active side's
+/// cma_rep_recv (librdmacm after CONNECT_RESPONSE).
+#[kprobe]
+pub fn cm_accept(ctx: ProbeContext) -> u32 {
+    let id: u64 = ctx.arg(0).unwrap_or(0);
+    let conn_param: u64 = ctx.arg(1).unwrap_or(0);
+    begin_cm(&ctx, CmOp::Accept, id_priv_of(id), |event, _, _| {
+        if conn_param != 0 {
+            event.flags |= CM_FLAG_CONN_PARAM;
+        }
+    });
+    0
+}
+
+#[kretprobe]
+pub fn cm_accept_ret(ctx: RetProbeContext) -> u32 {
+    finish_cm(&ctx, CmOp::Accept, false);
+    0
+}
+
 /// `static int cma_cm_event_handler(struct rdma_id_private *id_priv,
 ///     struct rdma_cm_event *event)`: every RDMA CM event goes through it to
-/// the consumer's handler (ucma for userspace ids). The fallback for the
-/// cm_event_handler/cm_event_done raw tracepoints inside it.
+/// the consumer's handler (ucma for userspace ids); the return is the
+/// consumer's result. (The rdma_cma:cm_event_handler tracepoint would pin
+/// rdma_cm, and fires a second time, for the wildcard listener, from
+/// cma_listen_handler when a connection request reaches a per-device listener.)
 #[kprobe]
 pub fn cm_event_handler(ctx: ProbeContext) -> u32 {
     let id_priv: u64 = ctx.arg(0).unwrap_or(0);
     let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(CmOp::EventHandler, id_priv, |event, _, c| {
+    begin_cm(&ctx, CmOp::EventHandler, id_priv, |event, _, c| {
         event.event = read_u32(event_ptr, c.cm_event_event);
         event.status = read_u32(event_ptr, c.cm_event_status) as i32;
     });
@@ -268,7 +316,7 @@ pub fn cm_event_handler_ret(ctx: RetProbeContext) -> u32 {
 pub fn cm_ucma_handler(ctx: ProbeContext) -> u32 {
     let id: u64 = ctx.arg(0).unwrap_or(0);
     let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(CmOp::UcmaHandler, id_priv_of(id), |event, _, c| {
+    begin_cm(&ctx, CmOp::UcmaHandler, id_priv_of(id), |event, _, c| {
         event.event = read_u32(event_ptr, c.cm_event_event);
         event.status = read_u32(event_ptr, c.cm_event_status) as i32;
     });
@@ -294,7 +342,7 @@ fn begin_ib_handler(ctx: &ProbeContext, op: CmOp) {
     } else {
         read_ptr(ib_cm_id, c.ib_cm_id_context)
     };
-    begin_cm(op, id_priv, |event, _, c| {
+    begin_cm(ctx, op, id_priv, |event, _, c| {
         event.event = read_u32(ib_event, c.ib_cm_event_event);
     });
 }
@@ -323,88 +371,35 @@ pub fn cm_ib_req_handler_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Raw tracepoints on `rdma_cma:*`: their arguments are the `TP_PROTO` ones
-/// (drivers/infiniband/core/cma_trace.h), the first always the
-/// `rdma_id_private`, read with the same BTF offsets as the kprobes. Raw, not
-/// perf tracepoints: releasing a perf tracepoint waits for RCU grace periods
-/// under event_mutex (perf_trace_event_unreg), one tracepoint at a time.
+/// A function hooked at entry only: the record is emitted there, with the
+/// id as the function finds it.
 #[inline(always)]
-fn cma_tracepoint_hit(
-    ctx: &RawTracePointContext,
-    op: CmOp,
-    fill: impl FnOnce(&mut CmEvent, &CmOffsets),
-) {
+fn cm_entry_hit(op: CmOp, id_priv: u64) {
     let Some((k, c)) = cm_offsets() else { return };
-    let id_priv: u64 = ctx.arg(0);
     let mut event = new_cm_event(op);
     describe_id(&mut event, id_priv, &k, &c);
     if id_priv != 0 {
         event.state = read_u32(id_priv, c.id_priv_state);
         event.flags |= CM_FLAG_STATE;
     }
-    fill(&mut event, &c);
     emit(&event);
 }
 
-macro_rules! cma_tracepoint {
-    ($name:ident, $tracepoint:literal, $op:expr) => {
-        #[raw_tracepoint(tracepoint = $tracepoint)]
-        pub fn $name(ctx: RawTracePointContext) -> i32 {
-            cma_tracepoint_hit(&ctx, $op, |_, _| {});
-            0
-        }
-    };
-}
-
-cma_tracepoint!(tp_cm_send_req, "cm_send_req", CmOp::TpSendReq);
-cma_tracepoint!(tp_cm_send_rep, "cm_send_rep", CmOp::TpSendRep);
-cma_tracepoint!(tp_cm_send_rtu, "cm_send_rtu", CmOp::TpSendRtu);
-cma_tracepoint!(tp_cm_send_rej, "cm_send_rej", CmOp::TpSendRej);
-cma_tracepoint!(tp_cm_send_mra, "cm_send_mra", CmOp::TpSendMra);
-cma_tracepoint!(tp_cm_disconnect, "cm_disconnect", CmOp::TpDisconnect);
-cma_tracepoint!(tp_cm_sent_dreq, "cm_sent_dreq", CmOp::TpSentDreq);
-cma_tracepoint!(tp_cm_sent_drep, "cm_sent_drep", CmOp::TpSentDrep);
-cma_tracepoint!(tp_cm_id_destroy, "cm_id_destroy", CmOp::TpIdDestroy);
-cma_tracepoint!(tp_cm_qp_destroy, "cm_qp_destroy", CmOp::TpQpDestroy);
-
-/// `cm_qp_create(id_priv, pd, qp_init_attr, int rc)`
-#[raw_tracepoint(tracepoint = "cm_qp_create")]
-pub fn tp_cm_qp_create(ctx: RawTracePointContext) -> i32 {
-    let rc: u64 = ctx.arg(3);
-    cma_tracepoint_hit(&ctx, CmOp::TpQpCreate, |event, _| event.rc = rc as i32);
+/// `static void _destroy_id(struct rdma_id_private *id_priv, enum
+/// rdma_cm_state state)`: every id ends here, destroyed by its owner
+/// (rdma_destroy_id), by the CMA when a handler returned non-zero, or on
+/// device removal.
+#[kprobe]
+pub fn cm_destroy_id(ctx: ProbeContext) -> u32 {
+    cm_entry_hit(CmOp::DestroyId, ctx.arg(0).unwrap_or(0));
     0
 }
 
-/// `cm_event_handler(id_priv, const struct rdma_cm_event *event)`
-#[raw_tracepoint(tracepoint = "cm_event_handler")]
-pub fn tp_cm_event_handler(ctx: RawTracePointContext) -> i32 {
-    let event_ptr: u64 = ctx.arg(1);
-    cma_tracepoint_hit(&ctx, CmOp::TpEventHandler, |event, c| {
-        event.event = read_u32(event_ptr, c.cm_event_event);
-        event.status = read_u32(event_ptr, c.cm_event_status) as i32;
-    });
-    0
-}
-
-/// `cm_event_done(id_priv, const struct rdma_cm_event *event, int result)`
-#[raw_tracepoint(tracepoint = "cm_event_done")]
-pub fn tp_cm_event_done(ctx: RawTracePointContext) -> i32 {
-    let event_ptr: u64 = ctx.arg(1);
-    let result: u64 = ctx.arg(2);
-    cma_tracepoint_hit(&ctx, CmOp::TpEventDone, |event, c| {
-        event.event = read_u32(event_ptr, c.cm_event_event);
-        event.status = result as i32;
-    });
-    0
-}
-
-/// `cm_req_handler(id_priv, int event)`: the listener and the IB CM event.
-#[raw_tracepoint(tracepoint = "cm_req_handler")]
-pub fn tp_cm_req_handler(ctx: RawTracePointContext) -> i32 {
-    let ib_event: u64 = ctx.arg(1);
-    cma_tracepoint_hit(&ctx, CmOp::TpReqHandler, |event, _| {
-        event.event = ib_event as u32
-    });
+/// `void rdma_destroy_qp(struct rdma_cm_id *id)`: a kernel consumer's QP
+/// leaves its id (the QP itself is destroyed through ib_destroy_qp).
+#[kprobe]
+pub fn cm_destroy_qp(ctx: ProbeContext) -> u32 {
+    cm_entry_hit(CmOp::DestroyQp, id_priv_of(ctx.arg(0).unwrap_or(0)));
     0
 }
 

@@ -2,8 +2,8 @@
 //! lifecycle (`qp`) and on the RDMA CM, plus its tracepoints (`cm`).
 //!
 //! Every kprobe records the call's arguments into an in-flight table keyed by
-//! (thread, hook); the matching kretprobe adds the return value and end time and
-//! emits one record into the `EVENTS` ring buffer. A thread's entry is reused
+//! (thread, hook, nesting level); the matching kretprobe adds the return value
+//! and end time and emits one record into the `EVENTS` ring buffer. A thread's entry is reused
 //! from call to call (written in place, disarmed after its return) rather than
 //! inserted and deleted each time: a hash update and a delete are the
 //! programs' most expensive steps, and the LRU table forgets dead threads.
@@ -21,11 +21,14 @@ use aya_ebpf::{
         bpf_probe_read_kernel_str_bytes,
     },
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
-    EbpfContext, Global,
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext},
+    Global,
 };
 use aya_log_ebpf::debug;
-use qpwatch_common::{KernelOffsets, LostReason, PendingKey, QpEvent, LOST_REASONS};
+use qpwatch_common::{
+    hook, KernelOffsets, LostReason, PendingKey, QpEvent, LOST_REASONS, MAX_NESTING,
+};
 
 #[no_mangle]
 pub(crate) static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets {
@@ -55,7 +58,22 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 #[map]
-pub(crate) static PENDING: LruHashMap<PendingKey, QpEvent> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static PENDING: LruHashMap<PendingKey, Pending<QpEvent>> =
+    LruHashMap::with_max_entries(16384, 0);
+
+/// Per kprobe/kretprobe pair: since when its kretprobe is attached
+/// ([`hook::return_slot`]); written by the agent.
+#[map]
+static RETURN_HOOKED_SINCE: Array<u64> = Array::with_max_entries(hook::RETURN_SLOTS, 0);
+
+/// Since when the kretprobe of `hook` runs; 0 while it is not attached.
+#[inline(always)]
+fn return_hooked_since(hook: u32) -> u64 {
+    RETURN_HOOKED_SINCE
+        .get(hook::return_slot(hook))
+        .copied()
+        .unwrap_or(0)
+}
 
 /// Lost events per [`LostReason`], all in one per-CPU entry: the agent reads
 /// every counter with one syscall at each scrape.
@@ -114,94 +132,263 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 #[inline(always)]
-fn pending_key(pid_tgid: u64, hook: u32) -> PendingKey {
+fn pending_key(pid_tgid: u64, hook: u32, level: u32) -> PendingKey {
     PendingKey {
         pid_tgid,
         hook,
-        _reserved: 0,
+        level,
     }
+}
+
+/// An in-flight call: the record built at the kprobe, and where it stands.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Pending<T> {
+    record: T,
+    /// The stack pointer at entry (0 where not read): a call nested in this
+    /// one runs deeper in the thread's stack, i.e. below it.
+    entry_sp: u64,
+    /// On level 0: how many calls of the same hook are open inside this one.
+    open_inside: u32,
+    _pad: u32,
 }
 
 /// A record built at a kprobe and completed at its kretprobe. Its `kind`
 /// (never 0 in an event) is set to 0 once the record is emitted.
 pub(crate) trait InFlight: Copy + 'static {
+    /// The value a new in-flight entry is inserted with, then written in
+    /// place: a static, not a constant, which would be built on the stack by
+    /// a byte loop the verifier walks through on every path.
+    fn idle() -> &'static Pending<Self>;
     /// The calling thread, as recorded at entry.
     fn pid_tgid(&self) -> u64;
+    fn start_ns(&self) -> u64;
     fn set_end_ns(&mut self, ns: u64);
     fn armed(&self) -> bool;
     fn disarm(&mut self);
 }
 
-impl InFlight for QpEvent {
-    fn pid_tgid(&self) -> u64 {
-        self.pid_tgid
-    }
-    fn set_end_ns(&mut self, ns: u64) {
-        self.end_ns = ns;
-    }
-    fn armed(&self) -> bool {
-        self.kind != 0
-    }
-    fn disarm(&mut self) {
-        self.kind = 0;
-    }
-}
+macro_rules! in_flight {
+    ($t:ty, $idle:ident) => {
+        static $idle: Pending<$t> = Pending {
+            record: <$t>::zeroed(),
+            entry_sp: 0,
+            open_inside: 0,
+            _pad: 0,
+        };
 
-impl InFlight for qpwatch_common::CmEvent {
-    fn pid_tgid(&self) -> u64 {
-        self.pid_tgid
-    }
-    fn set_end_ns(&mut self, ns: u64) {
-        self.end_ns = ns;
-    }
-    fn armed(&self) -> bool {
-        self.kind != 0
-    }
-    fn disarm(&mut self) {
-        self.kind = 0;
-    }
+        impl InFlight for $t {
+            fn idle() -> &'static Pending<Self> {
+                &$idle
+            }
+            fn pid_tgid(&self) -> u64 {
+                self.pid_tgid
+            }
+            fn start_ns(&self) -> u64 {
+                self.start_ns
+            }
+            fn set_end_ns(&mut self, ns: u64) {
+                self.end_ns = ns;
+            }
+            fn armed(&self) -> bool {
+                self.kind != 0
+            }
+            fn disarm(&mut self) {
+                self.kind = 0;
+            }
+        }
+    };
 }
+in_flight!(QpEvent, QP_IDLE);
+in_flight!(qpwatch_common::CmEvent, CM_IDLE);
 
-/// Records a call's entry: over this thread's entry for the hook if it has
-/// one (a lookup, no allocation), else as a new entry.
+/// The stack pointer at a kprobe on a function's first instruction, 0 where
+/// it is not read (architectures other than x86-64).
 #[inline(always)]
-pub(crate) fn begin<T: InFlight>(table: &LruHashMap<PendingKey, T>, hook: u32, event: &T) {
-    let key = pending_key(event.pid_tgid(), hook);
-    if let Some(slot) = table.get_ptr_mut(key) {
-        // SAFETY: the entry of this thread and hook; only this thread writes it.
-        unsafe { *slot = *event };
+fn stack_pointer(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
+    #[cfg(bpf_target_arch = "x86_64")]
+    // SAFETY: `regs` is the program's context, which the kernel hands over valid.
+    return unsafe { (*regs).rsp };
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        let _ = regs;
+        0
+    }
+}
+
+/// At a kretprobe, the stack pointer the returning call had at entry. On
+/// x86-64 the return address has been popped by then
+/// (arch_rethook_trampoline_callback: `regs->sp += 2 * sizeof(long)` over
+/// what the trampoline pushed), so `sp` is 8 above its value at entry.
+#[inline(always)]
+fn entry_sp_at_return(regs: *const aya_ebpf::bindings::pt_regs) -> u64 {
+    stack_pointer(regs).saturating_sub(8)
+}
+
+/// The open (armed) in-flight entry of this thread, hook and level.
+#[inline(always)]
+fn open_entry<T: InFlight>(
+    table: &LruHashMap<PendingKey, Pending<T>>,
+    pid_tgid: u64,
+    hook: u32,
+    level: u32,
+) -> Option<*mut Pending<T>> {
+    let entry = table.get_ptr_mut(pending_key(pid_tgid, hook, level))?;
+    // SAFETY: a value pointer from the map; entries of a thread are only
+    // written by that thread's programs, which do not run concurrently.
+    unsafe { (*entry).record.armed() }.then_some(entry)
+}
+
+/// Writes a call's record at `key`: over the existing entry if there is one
+/// (a lookup, no allocation), else into a new one.
+#[inline(always)]
+fn store<T: InFlight>(
+    table: &LruHashMap<PendingKey, Pending<T>>,
+    key: PendingKey,
+    record: &T,
+    entry_sp: u64,
+) {
+    let mut slot = table.get_ptr_mut(key);
+    if slot.is_none() {
+        if table.insert(key, T::idle(), 0).is_err() {
+            count_lost(LostReason::PendingTableFull);
+            return;
+        }
+        slot = table.get_ptr_mut(key);
+    }
+    if let Some(slot) = slot {
+        // SAFETY: as in open_entry.
+        unsafe {
+            (*slot).record = *record;
+            (*slot).entry_sp = entry_sp;
+            (*slot).open_inside = 0;
+        }
+    }
+}
+
+/// Records a call's entry. A thread's outermost call of a hook is level 0; a
+/// call that begins deeper in the stack than the innermost open one is
+/// nested in it and goes one level up. An open call at the same stack depth
+/// or shallower returned without its kretprobe running: it is dropped and
+/// counted, unless it began before the kretprobe was attached.
+#[inline(always)]
+pub(crate) fn begin<T: InFlight>(
+    ctx: &ProbeContext,
+    table: &LruHashMap<PendingKey, Pending<T>>,
+    hook: u32,
+    record: &T,
+) {
+    let pid_tgid = record.pid_tgid();
+    let sp = stack_pointer(ctx.regs);
+    let outermost = pending_key(pid_tgid, hook, 0);
+    let since = return_hooked_since(hook);
+    let base = open_entry(table, pid_tgid, hook, 0)
+        // SAFETY: as in open_entry.
+        .filter(|&base| since != 0 && unsafe { (*base).record.start_ns() } >= since);
+    let Some(base) = base else {
+        store(table, outermost, record, sp);
+        return;
+    };
+    // SAFETY (every dereference below): as in open_entry.
+    if sp != 0 && sp >= unsafe { (*base).entry_sp } {
+        count_lost(LostReason::ReturnMissed);
+        store(table, outermost, record, sp);
         return;
     }
-    if table.insert(key, event, 0).is_err() {
-        count_lost(LostReason::PendingTableFull);
+    let open = unsafe { (*base).open_inside };
+    if sp != 0 && open > 0 && open < MAX_NESTING {
+        if let Some(top) = open_entry(table, pid_tgid, hook, open) {
+            if sp >= unsafe { (*top).entry_sp } {
+                count_lost(LostReason::ReturnMissed);
+                unsafe { (*top).record.disarm() };
+                unsafe { (*base).open_inside = open - 1 };
+            }
+        }
     }
+    let level = unsafe { (*base).open_inside } + 1;
+    // counted even beyond the limit, so that the returns pop the right level
+    unsafe { (*base).open_inside = level };
+    if level >= MAX_NESTING {
+        count_lost(LostReason::NestedTooDeep);
+        return;
+    }
+    store(table, pending_key(pid_tgid, hook, level), record, sp);
 }
 
-/// Completes the in-flight call of `hook` on this thread and emits it unless
-/// `complete` says to drop it.
+/// Completes the innermost open call of `hook` on this thread and emits it
+/// unless `complete` says to drop it. Where the stack pointer is read, the
+/// open call must be the returning one: one that encloses it means the
+/// returning call's entry program never ran; one deeper than it returned
+/// without its kretprobe running.
 #[inline(always)]
-pub(crate) fn finish<T: InFlight, C: EbpfContext>(
-    ctx: &C,
-    table: &LruHashMap<PendingKey, T>,
+pub(crate) fn finish<T: InFlight>(
+    ctx: &RetProbeContext,
+    table: &LruHashMap<PendingKey, Pending<T>>,
     hook: u32,
     complete: impl FnOnce(&mut T) -> bool,
 ) {
-    // SAFETY: the entry belongs to this thread and hook; only this thread writes it.
-    let event = table
-        .get_ptr_mut(pending_key(bpf_get_current_pid_tgid(), hook))
-        .map(|event| unsafe { &mut *event })
-        .filter(|event| event.armed());
-    let Some(event) = event else {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(base) = open_entry(table, pid_tgid, hook, 0) else {
         // no entry, or a disarmed one: the kprobe of this call did not run
         count_lost(LostReason::UnmatchedReturn);
         debug!(ctx, "qpwatch: return without entry, hook {}", hook);
         return;
     };
-    event.set_end_ns(now_ns());
-    if complete(event) {
-        emit(&*event);
+    // SAFETY: as in open_entry.
+    if unsafe { (*base).record.start_ns() } < return_hooked_since(hook) {
+        // entered while the kretprobe was being attached: this call, or one
+        // whose return never runs; not counted, like a call before the agent
+        unsafe {
+            (*base).record.disarm();
+            (*base).open_inside = 0;
+        }
+        return;
     }
-    event.disarm();
+    let returning_sp = entry_sp_at_return(ctx.regs);
+    // SAFETY (every dereference below): as in open_entry.
+    let mut level = unsafe { (*base).open_inside };
+    for _ in 0..=MAX_NESTING {
+        if level >= MAX_NESTING {
+            unsafe { (*base).open_inside = level - 1 };
+            return; // counted at its entry
+        }
+        let call = if level == 0 {
+            Some(base)
+        } else {
+            open_entry(table, pid_tgid, hook, level)
+        };
+        let Some(call) = call else {
+            count_lost(LostReason::UnmatchedReturn);
+            unsafe { (*base).open_inside = level - 1 };
+            return;
+        };
+        let call_sp = unsafe { (*call).entry_sp };
+        if returning_sp != 0 && call_sp != 0 && call_sp != returning_sp {
+            if call_sp > returning_sp || level == 0 {
+                count_lost(LostReason::UnmatchedReturn);
+                if call_sp < returning_sp {
+                    count_lost(LostReason::ReturnMissed);
+                    unsafe { (*call).record.disarm() };
+                }
+                return;
+            }
+            count_lost(LostReason::ReturnMissed);
+            unsafe { (*call).record.disarm() };
+            level -= 1;
+            unsafe { (*base).open_inside = level };
+            continue;
+        }
+        if level > 0 {
+            unsafe { (*base).open_inside = level - 1 };
+        }
+        let record = unsafe { &mut (*call).record };
+        record.set_end_ns(now_ns());
+        if complete(record) {
+            emit(&*record);
+        }
+        record.disarm();
+        return;
+    }
 }
 
 #[inline(always)]

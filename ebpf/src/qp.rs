@@ -24,12 +24,19 @@ fn new_event(kind: EventKind) -> QpEvent {
 }
 
 #[inline(always)]
-fn begin_create(origin: QpOrigin, hook: u32, device: u64, init_attr: u64, offsets: &KernelOffsets) {
+fn begin_create(
+    ctx: &ProbeContext,
+    origin: QpOrigin,
+    hook: u32,
+    device: u64,
+    init_attr: u64,
+    offsets: &KernelOffsets,
+) {
     let mut event = new_event(EventKind::QpCreate);
     event.origin = origin as u32;
     event.qp_type = read_u32(init_attr, offsets.ib_qp_init_attr_qp_type);
     read_device_name(device, offsets, &mut event.device);
-    begin(&PENDING, hook, &event);
+    begin(ctx, &PENDING, hook, &event);
 }
 
 #[inline(always)]
@@ -56,6 +63,7 @@ pub fn qp_create_user(ctx: ProbeContext) -> u32 {
     let device: u64 = ctx.arg(0).unwrap_or(0);
     let init_attr: u64 = ctx.arg(2).unwrap_or(0);
     begin_create(
+        &ctx,
         QpOrigin::User,
         hook::CREATE_QP_USER,
         device,
@@ -84,6 +92,7 @@ pub fn qp_create_kernel(ctx: ProbeContext) -> u32 {
         read_ptr(pd, offsets.ib_pd_device)
     };
     begin_create(
+        &ctx,
         QpOrigin::Kernel,
         hook::CREATE_QP_KERNEL,
         device,
@@ -125,7 +134,7 @@ pub fn qp_modify(ctx: ProbeContext) -> u32 {
     if attr_mask & IB_QP_STATE_MASK != 0 {
         event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
     }
-    begin(&PENDING, hook::MODIFY_QP, &event);
+    begin(&ctx, &PENDING, hook::MODIFY_QP, &event);
     0
 }
 
@@ -148,7 +157,7 @@ pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let mut event = new_event(EventKind::QpDestroy);
     qp_identity(&mut event, qp, &offsets);
-    begin(&PENDING, hook::DESTROY_QP, &event);
+    begin(&ctx, &PENDING, hook::DESTROY_QP, &event);
     0
 }
 

@@ -15,7 +15,7 @@ setup_rxe() {
   set -e
   ip link set lo up
   modprobe rdma_rxe
-  modprobe rdma_ucm # rdma_cm must be loaded before its tracepoints are used
+  modprobe rdma_ucm
   ip link add qpw0 type dummy
   ip addr add 198.18.0.1/24 dev qpw0
   ip link set qpw0 up

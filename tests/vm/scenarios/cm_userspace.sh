@@ -6,7 +6,10 @@
 #   one connect-duration observation per side, every QP joined to a cm_id.
 # Then a connect to a port with no listener: REJECTED (IB CM reject reason 8,
 # invalid service id), counted in qpwatch_cm_errors_total.
-start_agent
+# The agent also runs the opt-in ib-cm-tracepoints group here (the ib_cma:*
+# tracepoints, which pin ib_cm); ib_cm's own message counters (sysfs) must
+# agree with it.
+start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints
 "$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
 events=$!
 wait_until 60 grep -q "hooks attached instance=\"rdma_cm\"" "$OUT/events.log" || fail "events stream did not attach"
@@ -33,8 +36,15 @@ assert_eq "active connect durations" 1 "$(delta "$base" "$after" 'qpwatch_cm_con
 assert_eq "passive connect durations" 1 "$(delta "$base" "$after" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
 assert_eq "address resolutions timed" 1 "$(delta "$base" "$after" 'qpwatch_cm_address_resolve_duration_seconds_count')"
 assert_eq "route resolutions timed" 1 "$(delta "$base" "$after" 'qpwatch_cm_route_resolve_duration_seconds_count')"
-assert_eq "REQ sent (tracepoint)" 1 "$(delta "$base" "$after" 'qpwatch_tracepoint_hits_total{tracepoint="rdma_cma:cm_send_req"}')"
+assert_eq "rdma_connect_locked calls (the REQ)" 1 "$(delta "$base" "$after" 'qpwatch_cm_call_duration_seconds_count{call="rdma_connect_locked"}')"
+assert_eq "rdma_accept calls (passive REP, active RTU)" 2 "$(delta "$base" "$after" 'qpwatch_cm_call_duration_seconds_count{call="rdma_accept"}')"
+assert_eq "cma_rep_recv calls (active side's RTU)" 1 "$(delta "$base" "$after" 'qpwatch_cm_call_duration_seconds_count{call="cma_rep_recv"}')"
+assert_eq "rdma_disconnect calls" 2 "$(delta "$base" "$after" 'qpwatch_cm_call_duration_seconds_count{call="rdma_disconnect"}')"
 assert_eq "IB CM REQ sent (ib_cma tracepoint)" 1 "$(delta "$base" "$after" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_send_req"}')"
+for m in req rep rtu; do
+  assert_eq "IB CM ${m^^} sent (ib_cm's counters)" 1 "$(delta "$base" "$after" "qpwatch_ib_cm_messages_total{device=\"rxe0\",direction=\"sent\",message=\"$m\"}")"
+  assert_eq "IB CM ${m^^} received (ib_cm's counters)" 1 "$(delta "$base" "$after" "qpwatch_ib_cm_messages_total{device=\"rxe0\",direction=\"received\",message=\"$m\"}")"
+done
 assert_eq "CM errors" 0 "$(delta "$base" "$after" 'qpwatch_cm_errors_total')"
 assert_eq "QPs by process rping" 2 "$(delta "$base" "$after" 'qpwatch_qp_created_by_process_total{comm="rping"}')"
 
@@ -56,7 +66,8 @@ rping -c -a "$RXE_ADDR" -p 7471 -C 1 >"$OUT/rping-refused.log" 2>&1 && fail "con
 wait_for_metric 'qpwatch_cm_errors_total{event="REJECTED"}' 1 || fail "REJECTED not counted"
 end=$(scrape end)
 assert_eq "REJECTED with reject reason 8 (invalid service id)" 1 "$(delta "$after" "$end" 'qpwatch_cm_events_total{event="REJECTED",status="reject_8"}')"
-assert_eq "no-listener IB CM errors" 1 "$(delta "$after" "$end" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_no_listener_err"}')"
+assert_eq "no-listener IB CM errors (ib_cma tracepoint)" 1 "$(delta "$after" "$end" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_no_listener_err"}')"
+assert_eq "IB CM REJ sent (ib_cm's counters)" 1 "$(delta "$after" "$end" 'qpwatch_ib_cm_messages_total{device="rxe0",direction="sent",message="rej"}')"
 assert_eq "events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 kill -INT "$events"; wait "$events" || fail "events stream exited non-zero"
 stop_agent

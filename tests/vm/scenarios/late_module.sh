@@ -3,7 +3,7 @@
 # hook detached and is not ready; once `modprobe rdma_rxe rdma_ucm` brings them
 # in it attaches them all, observes the GSI QP rxe0's link brings up, and
 # counts rping's QPs and CM events exactly. rxe0 is restored for later scenarios.
-stack="nvme_rdma nvmet_rdma rdma_ucm rdma_rxe ib_uverbs rdma_cm iw_cm ib_cm ib_core"
+stack="nvme_rdma nvmet_rdma rpcrdma rdma_ucm rdma_rxe ib_uverbs rdma_cm iw_cm ib_cm ib_core"
 unload_stack() {
   rdma link delete rxe0 2>/dev/null || true
   local m
@@ -39,7 +39,6 @@ modprobe rdma_ucm
 wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null || fail "not ready after modprobe"
 wait_until 90 grep -q 'hooks attached instance="rdma_cm"' "$OUT/agent.log" || fail "rdma_cm hooks not attached after modprobe"
 attached=$(scrape attached)
-# a standby fallback (kprobe:cma_cm_event_handler) is no longer listed once its primary attached
 assert_eq "hooks left detached after modprobe" 0 "$(($(series_count "$attached" 'qpwatch_probe_attached') - $(metric "$attached" 'qpwatch_probe_attached')))"
 log "$(metric "$attached" 'qpwatch_probe_attached') hooks attached after modprobe"
 

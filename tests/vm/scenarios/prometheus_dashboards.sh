@@ -18,7 +18,8 @@
 #   - max_process_labels = 2: three task names create QPs all the time
 #     (probe-self, probe-closed, rdma-responder), so one of them is always
 #     folded into "other" (qpwatch_label_overflow_total keeps growing);
-#   - --bpf-stats for the BPF run-time panels.
+#   - --bpf-stats for the BPF run-time panels, and the opt-in
+#     ib-cm-tracepoints group for the IB CM tracepoint panel.
 # The check also requires the alerts that must be pending/firing (the failing
 # targets, the label overflow) and those that must not; it repeats until one
 # attempt passes in full (--wait), since the 1m windows fill and the rules
@@ -29,10 +30,10 @@ target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = 
 {
   echo "listen = \"$AGENT_ADDR\""
   printf '[limits]\nmax_process_labels = 2\n'
-  printf '[responder]\nlisten = "%s:9436"\n' "$RXE_ADDR"
-  target self "$RXE_ADDR:9436" 2 3
+  printf '[responder]\nlisten = "%s:9723"\n' "$RXE_ADDR"
+  target self "$RXE_ADDR:9723" 2 3
   target closed "$RXE_ADDR:9999" 4 1
-  target unroutable "203.0.113.1:9436" 4 1
+  target unroutable "203.0.113.1:9723" 4 1
 } >"$cfg"
 
 # Prometheus (slow to start under emulation) comes up while the agent starts.
@@ -54,7 +55,7 @@ prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
 prom_pid=$!
 on_exit "kill $prom_pid; wait $prom_pid; rm -rf $tsdb"
 
-start_agent --config "$cfg" --bpf-stats
+start_agent --config "$cfg" --bpf-stats --groups qp,cm,kernel-ulp,ib-cm-tracepoints
 
 # The failing verbs, spread over a few seconds while Prometheus scrapes (so
 # their rates are not zero), in the background.
