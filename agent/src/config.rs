@@ -4,6 +4,7 @@
 
 use std::{
     fmt, fs,
+    io::Read,
     net::SocketAddr,
     ops::Range,
     path::{Path, PathBuf},
@@ -21,6 +22,10 @@ pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 pub const DEFAULT_PROBE_PORT: u16 = rdma_probe::DEFAULT_PORT;
+/// The most that is read of a configuration file: far above any real one
+/// (a thousand inline targets take about 150 KB), and a bound on what a
+/// wrong path (`/dev/zero`, a log file) can make the agent read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 const PAGE_SIZE: u32 = 4096;
 const MAX_RING_BUFFER_BYTES: u32 = 1 << 30;
 
@@ -46,7 +51,15 @@ pub enum Command {
     /// Validate a configuration file and exit (0: valid, 2: invalid).
     CheckConfig {
         /// The file to check.
-        path: PathBuf,
+        #[arg(
+            value_name = "PATH",
+            required_unless_present = "config",
+            conflicts_with = "config"
+        )]
+        path: Option<PathBuf>,
+        /// The file to check, as the other commands name it.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
     },
     /// Run RDMA probes against a target and print an ib_send_lat-like summary
     /// (exit 0: all ok, 3: some failed).
@@ -715,22 +728,44 @@ fn flag_error(flag: &str, message: String) -> ConfigError {
     }
 }
 
+/// Reads a configuration file, at most [`MAX_CONFIG_BYTES`] of it.
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    let error = |message: String| ConfigError {
+        origin: Origin::FileOnly(path.to_owned()),
+        key: "(file)".to_owned(),
+        message,
+    };
+    let file = fs::File::open(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| error(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(error(format!(
+            "larger than {} KiB, not a qpwatch configuration",
+            MAX_CONFIG_BYTES / 1024
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        error(format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
 /// Reads the file named by `--config` (it must exist) or the default one (if
 /// it exists), then applies the flags.
 pub fn load(args: &RunArgs) -> Result<Settings, ConfigError> {
-    let (path, required) = match &args.config {
-        Some(path) => (path.clone(), true),
-        None => (PathBuf::from(DEFAULT_CONFIG), false),
-    };
-    let base = match fs::read_to_string(&path) {
-        Ok(text) => parse_file(&path, &text)?,
-        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Settings::default(),
-        Err(e) => {
-            return Err(ConfigError {
-                origin: Origin::FileOnly(path),
-                key: "(file)".to_owned(),
-                message: format!("cannot read: {e}"),
-            })
+    let base = match &args.config {
+        Some(path) => parse_file(path, &read_file(path)?)?,
+        None => {
+            let path = Path::new(DEFAULT_CONFIG);
+            if path.exists() {
+                parse_file(path, &read_file(path)?)?
+            } else {
+                Settings::default()
+            }
         }
     };
     apply_flags(base, args)

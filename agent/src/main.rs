@@ -15,7 +15,9 @@ fn main() -> ExitCode {
         None => serve(cli.run, Mode::Serve),
         Some(Command::Run(args)) => serve(args, Mode::Serve),
         Some(Command::Events(args)) => serve(args, Mode::Events),
-        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::CheckConfig { path, config }) => {
+            check_config(&path.or(config).expect("clap requires one"))
+        }
         Some(Command::Probe(args)) => {
             let _ = qpwatch::logging::init("warn", config::LogFormat::Text);
             match qpwatch::probing::cli_probe(args) {
@@ -47,10 +49,10 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 }
 
 fn check_config(path: &std::path::Path) -> ExitCode {
-    let text = match std::fs::read_to_string(path) {
+    let text = match config::read_file(path) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("qpwatch: {}: (file): cannot read: {error}", path.display());
+            eprintln!("qpwatch: {error}");
             return ExitCode::from(BAD_CONFIG);
         }
     };

@@ -53,6 +53,12 @@ file_case "port out of range" "qpwatch.toml:2:10: responder.listen" '[responder]
 file_case "missing target field" "qpwatch.toml:1:1: targets[0]: missing field" '[[targets]]\naddress = "198.18.0.1"'
 file_case "timeout > interval" "qpwatch.toml:4:19: targets[0].timeout_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ntimeout_seconds = 20'
 check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
+# an endless file: read up to a bound, not forever (timeout: the unbounded read never ends)
+check "endless file" "/dev/zero: (file): larger than 1024 KiB" "check-config /dev/zero" -- timeout 20 "$BIN" check-config /dev/zero
+check "endless file (run)" "/dev/zero: (file): larger than 1024 KiB" "run --config /dev/zero" -- timeout 20 "$BIN" run --config /dev/zero
+head -c 64 /dev/urandom | tr -d '\n' | { printf '\377'; cat; } >"$dir/binary.toml"
+check "binary file" "binary.toml: (file): not UTF-8 text" "check-config BINARY" -- "$BIN" check-config "$dir/binary.toml"
+check "check-config: path and --config" "cannot be used with" "check-config a --config b" -- "$BIN" check-config a --config b
 flag_case "flag: bad listen" "--listen" --listen nonsense
 flag_case "flag: negative ring size" "invalid value '-1' for '--ring-buffer-bytes" --ring-buffer-bytes -1
 flag_case "flag: non-numeric cap" "--max-process-labels" --max-process-labels many
@@ -62,10 +68,13 @@ flag_case "flag: target without name" "--target" --target =198.18.0.1
 flag_case "flag: negative poll interval" "--module-poll-interval" --module-poll-interval -3
 flag_case "flag: unknown flag" "--bogus" --bogus
 echo
-if ! out=$("$BIN" check-config packaging/qpwatch.toml 2>&1); then
-  echo "bad_config: FAIL the example config does not validate: $out" >&2
-  failures=$((failures + 1))
-fi
+for spelling in "check-config packaging/qpwatch.toml" "check-config --config packaging/qpwatch.toml"; do
+  # shellcheck disable=SC2086
+  if ! out=$("$BIN" $spelling 2>&1); then
+    echo "bad_config: FAIL the example config does not validate ($spelling): $out" >&2
+    failures=$((failures + 1))
+  fi
+done
 if [ "$failures" -ne 0 ]; then
   echo "bad_config: $failures of $n cases failed" >&2
   exit 1
