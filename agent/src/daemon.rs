@@ -177,7 +177,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
             _ = term.recv() => { info!("SIGTERM: shutting down"); break Ok(()); }
             _ = int.recv() => { info!("SIGINT: shutting down"); break Ok(()); }
             _ = hup.recv() => {
-                notifier.notify("RELOADING=1");
+                notifier.reloading();
                 match config::load(&args) {
                     Ok(new) => {
                         reload(&settings, &new);

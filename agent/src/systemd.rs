@@ -34,6 +34,14 @@ impl Notifier {
         self.watchdog.map(|w| w / 2)
     }
 
+    /// `RELOADING=1` with the `MONOTONIC_USEC` sd_notify(3) asks for beside
+    /// it: systemd 253 and later match the reload to it, and a reload
+    /// without it can run into the unit's timeout.
+    pub fn reloading(&self) {
+        let now_us = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        self.notify(&format!("RELOADING=1\nMONOTONIC_USEC={now_us}"));
+    }
+
     pub fn notify(&self, state: &str) {
         let Some((socket, path)) = &self.socket else {
             return;
@@ -73,5 +81,19 @@ mod tests {
         let len = server.recv(&mut buf).unwrap();
         assert_eq!(&buf[..len], b"READY=1");
         assert_eq!(n.watchdog_interval(), Some(Duration::from_secs(15)));
+        let before = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        n.reloading();
+        let after = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        let len = server.recv(&mut buf).unwrap();
+        let text = std::str::from_utf8(&buf[..len]).unwrap();
+        let usec: i128 = text
+            .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+            .expect("RELOADING=1 then MONOTONIC_USEC")
+            .parse()
+            .unwrap();
+        assert!(
+            (before..=after).contains(&usec),
+            "{before} <= {usec} <= {after}"
+        );
     }
 }

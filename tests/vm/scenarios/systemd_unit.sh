@@ -64,6 +64,14 @@ wait_for_metric 'qpwatch_qp_destroyed_total{qp_type="RC"}' 2 60 || fail "rping Q
 wait_for_metric_at_least 'qpwatch_probe_total{target="rack-b-host-7",result="addr_error"}' 1 60 || fail "example target not probed"
 kill -HUP "$AGENT_PID"
 wait_until 10 grep -q '^RELOADING=1' "$OUT/notify.log" || fail "no RELOADING=1 on SIGHUP"
+# sd_notify(3): RELOADING=1 comes with MONOTONIC_USEC (systemd >= 253 waits for it)
+reload_usec=$(sed -n 's/^RELOADING=1 MONOTONIC_USEC=\([0-9]*\)$/\1/p' "$OUT/notify.log" | head -n1)
+[ -n "$reload_usec" ] || fail "RELOADING=1 without MONOTONIC_USEC: $(grep RELOADING "$OUT/notify.log")"
+now_usec=$(awk '{ printf "%.0f", $1 * 1000000 }' /proc/uptime)
+skew=$((now_usec - reload_usec))
+# /proc/uptime is CLOCK_BOOTTIME; without a suspend in the guest it is CLOCK_MONOTONIC
+[ "${skew#-}" -lt 1000000 ] || fail "MONOTONIC_USEC=$reload_usec is ${skew} us from the guest's clock"
+log "ok: RELOADING=1 MONOTONIC_USEC=$reload_usec (${skew} us before the check)"
 kill -TERM "$AGENT_PID"; rc=0; wait "$AGENT_PID" || rc=$?; AGENT_PID=
 assert_eq "exit code" 0 "$rc"
 grep -q '^STOPPING=1' "$OUT/notify.log" || fail "no STOPPING=1"
