@@ -19,7 +19,7 @@ use toml::Spanned;
 use crate::{correlator::Limits, metrics::Buckets, offsets::DEFAULT_BTF_DIR, probes::Group};
 
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9721";
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 pub const DEFAULT_PROBE_PORT: u16 = rdma_probe::DEFAULT_PORT;
 /// The most that is read of a configuration file: far above any real one
@@ -72,7 +72,7 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct ProbeArgs {
-    /// Responder address, ADDR[:PORT] (port defaults to 9436).
+    /// Responder address, ADDR[:PORT] (port defaults to 9723).
     #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_target_address)]
     pub target: SocketAddr,
     /// Probes to run (persistent: rounds on one connection).
@@ -105,7 +105,7 @@ pub struct ProbeArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ResponderArgs {
-    /// Address to listen on, ADDR[:PORT] (port defaults to 9436).
+    /// Address to listen on, ADDR[:PORT] (port defaults to 9723).
     #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_target_address)]
     pub listen: SocketAddr,
 }
@@ -179,7 +179,7 @@ pub struct RunArgs {
     /// Configuration file [default: /etc/qpwatch/qpwatch.toml, if it exists].
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// `listen`: address of the HTTP endpoint [default: 127.0.0.1:9435].
+    /// `listen`: address of the HTTP endpoint [default: 127.0.0.1:9721].
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// `log_level`: error, warn, info, debug, trace, or a tracing filter [default: info].
@@ -879,6 +879,28 @@ pub fn apply_flags(mut s: Settings, a: &RunArgs) -> Result<Settings, ConfigError
 mod tests {
     use super::*;
 
+    /// The default ports and why (README, "Ports"): not those of the
+    /// exporters likely to run beside qpwatch on an RDMA host (node_exporter,
+    /// ebpf_exporter, DCGM, the NVIDIA GPU, InfiniBand and mlx5 exporters,
+    /// process, smartctl, IPMI, systemd, ethtool and Intel PCM exporters,
+    /// Prometheus itself), and for the responder, an RDMA CM port, not those of
+    /// the RDMA CM services on such hosts either.
+    #[test]
+    fn default_ports_leave_the_neighbours_alone() {
+        let tcp_neighbours = [
+            9100, 9435, 9400, 9835, 9683, 9315, 9615, 9256, 9633, 9290, 9558, 9417, 9738, 9090,
+            9091, 9093,
+        ];
+        // NVMe-oF, NFS/RDMA, iSER, SMB Direct, rping, ucmatose/rdma_server,
+        // perftest -R, qperf, Lustre o2ib
+        let rdma_cm_neighbours = [4420, 20049, 3260, 5445, 7174, 7471, 18515, 19765, 987];
+        let http = DEFAULT_LISTEN.parse::<SocketAddr>().unwrap().port();
+        assert!(!tcp_neighbours.contains(&http));
+        assert!(!tcp_neighbours.contains(&DEFAULT_PROBE_PORT));
+        assert!(!rdma_cm_neighbours.contains(&DEFAULT_PROBE_PORT));
+        assert_ne!(http, DEFAULT_PROBE_PORT, "one TCP port each on iWARP");
+    }
+
     fn parse(text: &str) -> Result<Settings, ConfigError> {
         parse_file(Path::new("/etc/qpwatch/qpwatch.toml"), text)
     }
@@ -907,7 +929,7 @@ mod tests {
     fn the_example_config_is_valid() {
         let text = include_str!("../../packaging/qpwatch.toml");
         let s = parse(text).unwrap();
-        assert_eq!(s.listen, "0.0.0.0:9435".parse().unwrap());
+        assert_eq!(s.listen, "0.0.0.0:9721".parse().unwrap());
         assert!(!s.targets.is_empty());
     }
 
@@ -928,7 +950,7 @@ probe_rtt = [1e-6, 1e-3, 1.0]
 listen = "198.18.0.1"
 [[targets]]
 name = "self"
-address = "198.18.0.1:9436"
+address = "198.18.0.1:9723"
 interval_seconds = 5
 mode = "persistent"
 "#,
@@ -938,7 +960,7 @@ mode = "persistent"
         assert_eq!(s.ring_buffer_bytes, 65536);
         assert_eq!(s.limits.max_process_labels, 5);
         assert_eq!(s.buckets.probe_rtt, vec![1e-6, 1e-3, 1.0]);
-        assert_eq!(s.responder_listen, Some("198.18.0.1:9436".parse().unwrap()));
+        assert_eq!(s.responder_listen, Some("198.18.0.1:9723".parse().unwrap()));
         assert_eq!(s.targets[0].interval, Duration::from_secs(5));
         assert_eq!(s.targets[0].mode, ProbeModeSetting::Persistent);
         assert_eq!(s.log_format, LogFormat::Json);
@@ -1009,7 +1031,7 @@ mode = "persistent"
     fn target_addresses_default_the_port() {
         assert_eq!(
             parse_target_address("198.18.0.1").unwrap(),
-            "198.18.0.1:9436".parse().unwrap()
+            "198.18.0.1:9723".parse().unwrap()
         );
         assert_eq!(
             parse_target_address("[fe80::1]:9").unwrap(),

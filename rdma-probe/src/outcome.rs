@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn failure_is_recorded_on_the_outcome() {
-        let mut o = ProbeOutcome::new("198.18.0.1:9436".parse().unwrap(), ProbeMode::OneShot, 0);
+        let mut o = ProbeOutcome::new("198.18.0.1:9723".parse().unwrap(), ProbeMode::OneShot, 0);
         assert!(o.is_ok());
         o.fail(Step::Connect, &cm_event(CmEventKind::Rejected, 8));
         assert_eq!(o.result, ProbeResult::Rejected);

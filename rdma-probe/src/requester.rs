@@ -643,7 +643,7 @@ mod tests {
 
     #[test]
     fn config_validation() {
-        let mut c = ProbeConfig::new("198.18.0.1:9436".parse().unwrap());
+        let mut c = ProbeConfig::new("198.18.0.1:9723".parse().unwrap());
         assert!(c.validate().is_ok());
         c.message_size = MESSAGE_HEADER - 1;
         assert!(c.validate().is_err());
@@ -662,7 +662,7 @@ mod tests {
 
     #[test]
     fn invalid_config_fails_the_probe_without_touching_rdma() {
-        let mut c = ProbeConfig::new("198.18.0.1:9436".parse().unwrap());
+        let mut c = ProbeConfig::new("198.18.0.1:9723".parse().unwrap());
         c.message_size = 1;
         let out = probe_once(&c);
         assert_eq!(out.result, crate::ProbeResult::Error);

@@ -193,7 +193,7 @@ mod tests {
     use crate::outcome::{QpCall, QpCallKind};
 
     fn outcome(rtts_us: &[u64], result: ProbeResult, qp: u32) -> ProbeOutcome {
-        let mut o = ProbeOutcome::new("198.18.0.1:9436".parse().unwrap(), ProbeMode::OneShot, 0);
+        let mut o = ProbeOutcome::new("198.18.0.1:9723".parse().unwrap(), ProbeMode::OneShot, 0);
         o.result = result;
         o.rtts = rtts_us.iter().map(|&u| Duration::from_micros(u)).collect();
         o.device = Some("rxe0".into());
@@ -227,7 +227,7 @@ mod tests {
             outcome(&[], ProbeResult::Rejected, 19),
         ];
         let s = ProbeSummary::from_outcomes(
-            "198.18.0.1:9436".parse().unwrap(),
+            "198.18.0.1:9723".parse().unwrap(),
             ProbeMode::OneShot,
             64,
             outcomes,

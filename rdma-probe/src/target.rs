@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use crate::error::Error;
 
 /// rdma_cm port (RDMA_PS_TCP space) of the probe responder when none is given.
-pub const DEFAULT_PORT: u16 = 9436;
+pub const DEFAULT_PORT: u16 = 9723;
 
 /// Parses `198.18.0.1`, `198.18.0.1:7471`, `fe80::1`, `[fe80::1]` or
 /// `[fe80::1]:7471`; a missing port is `default_port`. Host names are not
@@ -69,11 +69,11 @@ mod tests {
 
     #[test]
     fn accepts_ip_with_and_without_port() {
-        assert_eq!(ok("198.18.0.1"), "198.18.0.1:9436");
+        assert_eq!(ok("198.18.0.1"), "198.18.0.1:9723");
         assert_eq!(ok("198.18.0.1:7471"), "198.18.0.1:7471");
         assert_eq!(ok(" 198.18.0.1:1 "), "198.18.0.1:1");
-        assert_eq!(ok("fe80::1"), "[fe80::1]:9436");
-        assert_eq!(ok("[fe80::1]"), "[fe80::1]:9436");
+        assert_eq!(ok("fe80::1"), "[fe80::1]:9723");
+        assert_eq!(ok("[fe80::1]"), "[fe80::1]:9723");
         assert_eq!(ok("[fe80::1]:7471"), "[fe80::1]:7471");
         assert_eq!(
             parse_endpoint("0.0.0.0:0", DEFAULT_PORT)

@@ -2,7 +2,7 @@
 # sourced after tests/vm/lib.sh. Not a scenario itself.
 
 PROBE=$BIN/rdma-probe
-PROBE_PORT=${PROBE_PORT:-9436}
+PROBE_PORT=${PROBE_PORT:-9723}
 RESPONDER_PID=
 
 # res_count KIND [JQ_SELECT]: entries of `rdma -j res show KIND` (qp, mr, cm_id).

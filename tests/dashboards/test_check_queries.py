@@ -31,7 +31,7 @@ class Helpers(unittest.TestCase):
         self.assertFalse(cq.has_top_level_set_op('x{op="and"} > 0'))
 
     def test_grafana_formatting(self):
-        self.assertEqual(cq.regex_escape("127.0.0.1:9435"), "127\\\\.0\\\\.0\\\\.1:9435")
+        self.assertEqual(cq.regex_escape("127.0.0.1:9721"), "127\\\\.0\\\\.0\\\\.1:9721")
         self.assertEqual(cq.format_multi(["a.b", "c"]), "(a\\\\.b|c)")
         self.assertEqual(cq.format_multi(["c"]), "c")
 

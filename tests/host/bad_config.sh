@@ -34,7 +34,7 @@ flag_case() { # KIND EXPECTED FLAGS...
   shift 2
   check "$kind" "$expected" "$*" -- "$BIN" run --config /dev/null "$@"
 }
-file_case "unknown key" "qpwatch.toml:1:1: lisen: unknown field" 'lisen = "127.0.0.1:9435"'
+file_case "unknown key" "qpwatch.toml:1:1: lisen: unknown field" 'lisen = "127.0.0.1:9721"'
 file_case "wrong type" "qpwatch.toml:2:21: probes.ring_buffer_bytes: invalid type" '[probes]\nring_buffer_bytes = "big"'
 file_case "bad listen address" "qpwatch.toml:1:10: listen:" 'listen = "localhost"'
 file_case "negative interval" "qpwatch.toml:2:32: probes.module_poll_interval_seconds: -1" '[probes]\nmodule_poll_interval_seconds = -1'

@@ -2,7 +2,7 @@
 # Every scenario runs with: set -euo pipefail, $REPO (repository root),
 # $OUT (this scenario's output directory), $BIN (release binaries).
 
-AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9435}
+AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
 RXE_ADDR=198.18.0.1
 AGENT_PID=
 

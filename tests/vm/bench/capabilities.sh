@@ -20,7 +20,7 @@ row() { # PARANOID "CAPS"
   prlimit --memlock=unlimited setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
     --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" \
     "$BIN/qpwatch" run --config /dev/null --listen "$AGENT_ADDR" \
-    --responder-listen "$RXE_ADDR:9436" --target "self=$RXE_ADDR:9436" --probe-interval 2 --probe-timeout 1 --probe-pings 3 \
+    --responder-listen "$RXE_ADDR:9723" --target "self=$RXE_ADDR:9723" --probe-interval 2 --probe-timeout 1 --probe-pings 3 \
     >"$log" 2>&1 &
   AGENT_PID=$!
   if wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null; then ready=yes; fi

@@ -10,12 +10,12 @@ write_config() {
   cat >"$cfg" <<CFG
 listen = "$AGENT_ADDR"
 [responder]
-listen = "$RXE_ADDR:9436"
+listen = "$RXE_ADDR:9723"
 CFG
   [ "$1" = with-target ] && cat >>"$cfg" <<CFG
 [[targets]]
 name = "self"
-address = "$RXE_ADDR:9436"
+address = "$RXE_ADDR:9723"
 interval_seconds = 3
 jitter = 0
 pings = $N

@@ -10,8 +10,8 @@ target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = 
 {
   echo "listen = \"$AGENT_ADDR\""
   target closed "$RXE_ADDR:9999" ""
-  target unroutable "203.0.113.1:9436" ""
-  target silent "198.18.0.2:9436" ""
+  target unroutable "203.0.113.1:9723" ""
+  target silent "198.18.0.2:9723" ""
   target frozen "$RXE_ADDR:9437" 'mode = "persistent"'
 } >"$cfg"
 "$BIN/qpwatch" check-config "$cfg" || fail "test config invalid"
