@@ -14,6 +14,7 @@ use std::{
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    git_revision(&manifest_dir);
     let ebpf_dir = manifest_dir.join("../ebpf");
     let common_dir = manifest_dir.join("../common");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
@@ -86,4 +87,67 @@ fn main() {
     let object = target_dir.join("bpfel-unknown-none/release/qpwatch");
     std::fs::copy(&object, out_dir.join("qpwatch-ebpf"))
         .unwrap_or_else(|e| panic!("copying {}: {e}", object.display()));
+}
+
+/// Sets `QPWATCH_GIT_REVISION` (12 hex digits, or `unknown` outside a git
+/// checkout), `QPWATCH_GIT_DIRTY` (`true` if tracked or unignored files
+/// differ from that revision) and `QPWATCH_LONG_VERSION` for `--version` and
+/// `qpwatch_build_info`. A
+/// build from a source tarball can set `QPWATCH_GIT_REVISION` itself.
+fn git_revision(manifest_dir: &std::path::Path) {
+    println!("cargo:rerun-if-env-changed=QPWATCH_GIT_REVISION");
+    println!("cargo:rerun-if-env-changed=QPWATCH_GIT_DIRTY");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(manifest_dir)
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let (revision, dirty) = match env::var("QPWATCH_GIT_REVISION") {
+        Ok(revision) => (
+            revision,
+            env::var("QPWATCH_GIT_DIRTY").unwrap_or_else(|_| "false".to_owned()),
+        ),
+        Err(_) => match git(&["rev-parse", "--short=12", "HEAD"]) {
+            Some(revision) => {
+                let status = git(&["status", "--porcelain"]).unwrap_or_default();
+                (revision, (!status.is_empty()).to_string())
+            }
+            None => ("unknown".to_owned(), "false".to_owned()),
+        },
+    };
+    println!("cargo:rustc-env=QPWATCH_GIT_REVISION={revision}");
+    println!("cargo:rustc-env=QPWATCH_GIT_DIRTY={dirty}");
+    let changes = if dirty == "true" {
+        ", with changes not committed"
+    } else {
+        ""
+    };
+    println!(
+        "cargo:rustc-env=QPWATCH_LONG_VERSION={} (revision {revision}{changes})",
+        env::var("CARGO_PKG_VERSION").expect("cargo sets it")
+    );
+    // a commit or checkout rewrites HEAD or the index; an edit changes a
+    // source file of the workspace
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        for file in ["HEAD", "index"] {
+            println!("cargo:rerun-if-changed={git_dir}/{file}");
+        }
+    }
+    let root = manifest_dir.join("..");
+    for dir in [
+        "agent/src",
+        "common/src",
+        "ebpf/src",
+        "rdma-probe/src",
+        "packaging",
+        "tests",
+        "dashboards",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
 }

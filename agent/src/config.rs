@@ -32,7 +32,8 @@ const MAX_RING_BUFFER_BYTES: u32 = 1 << 30;
 #[derive(Debug, Parser)]
 #[command(
     name = "qpwatch",
-    version,
+    // the version, the git revision and whether the tree had changes not committed
+    version = env!("QPWATCH_LONG_VERSION"),
     about = "eBPF observability for RDMA queue pair lifecycles"
 )]
 pub struct Cli {

@@ -181,13 +181,18 @@ impl Metrics {
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "qpwatch_build_info",
-                "qpwatch version and the kernel it runs on; always 1.",
+                "qpwatch version, the git revision it was built from (dirty: with changes not committed) and the kernel it runs on; always 1.",
             ),
-            &["version", "kernel"],
+            &["version", "revision", "dirty", "kernel"],
         )
         .expect("valid metric");
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel])
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                env!("QPWATCH_GIT_REVISION"),
+                env!("QPWATCH_GIT_DIRTY"),
+                kernel,
+            ])
             .set(1);
         registry
             .register(Box::new(build_info))
@@ -832,7 +837,11 @@ mod tests {
         assert_eq!(
             value(
                 &text,
-                r#"qpwatch_build_info{kernel="6.1.0-test",version="0.1.0"}"#
+                &format!(
+                    r#"qpwatch_build_info{{dirty="{}",kernel="6.1.0-test",revision="{}",version="0.1.0"}}"#,
+                    env!("QPWATCH_GIT_DIRTY"),
+                    env!("QPWATCH_GIT_REVISION")
+                )
             ),
             Some(1.0)
         );
