@@ -280,21 +280,35 @@ pub(crate) fn begin<T: InFlight>(
 ) {
     let pid_tgid = record.pid_tgid();
     let sp = stack_pointer(ctx.regs);
-    let outermost = pending_key(pid_tgid, hook, 0);
+    let level = entry_level(table, pid_tgid, hook, sp);
+    if level >= MAX_NESTING {
+        count_lost(LostReason::NestedTooDeep);
+        return;
+    }
+    store(table, pending_key(pid_tgid, hook, level), record, sp);
+}
+
+/// The level a call entering at stack pointer `sp` is recorded at (see
+/// [`begin`]); the level-0 entry counts it, even beyond [`MAX_NESTING`], so
+/// that the returns pop the right level.
+#[inline(always)]
+fn entry_level<T: InFlight>(
+    table: &LruHashMap<PendingKey, Pending<T>>,
+    pid_tgid: u64,
+    hook: u32,
+    sp: u64,
+) -> u32 {
     let since = return_hooked_since(hook);
     let base = open_entry(table, pid_tgid, hook, 0)
         // SAFETY: as in open_entry.
         .filter(|&base| since != 0 && unsafe { (*base).record.start_ns() } >= since);
-    let Some(base) = base else {
-        store(table, outermost, record, sp);
-        return;
-    };
+    let Some(base) = base else { return 0 };
     // SAFETY (every dereference below): as in open_entry.
     if sp != 0 && sp >= unsafe { (*base).entry_sp } {
         count_lost(LostReason::ReturnMissed);
-        store(table, outermost, record, sp);
-        return;
+        return 0;
     }
+    // the innermost open call returned unseen if it is not below us either
     let open = unsafe { (*base).open_inside };
     if sp != 0 && open > 0 && open < MAX_NESTING {
         if let Some(top) = open_entry(table, pid_tgid, hook, open) {
@@ -306,20 +320,12 @@ pub(crate) fn begin<T: InFlight>(
         }
     }
     let level = unsafe { (*base).open_inside } + 1;
-    // counted even beyond the limit, so that the returns pop the right level
     unsafe { (*base).open_inside = level };
-    if level >= MAX_NESTING {
-        count_lost(LostReason::NestedTooDeep);
-        return;
-    }
-    store(table, pending_key(pid_tgid, hook, level), record, sp);
+    level
 }
 
 /// Completes the innermost open call of `hook` on this thread and emits it
-/// unless `complete` says to drop it. Where the stack pointer is read, the
-/// open call must be the returning one: one that encloses it means the
-/// returning call's entry program never ran; one deeper than it returned
-/// without its kretprobe running.
+/// unless `complete` says to drop it.
 #[inline(always)]
 pub(crate) fn finish<T: InFlight>(
     ctx: &RetProbeContext,
@@ -327,14 +333,36 @@ pub(crate) fn finish<T: InFlight>(
     hook: u32,
     complete: impl FnOnce(&mut T) -> bool,
 ) {
+    let Some(call) = returning_call(ctx, table, hook) else {
+        return;
+    };
+    // SAFETY: as in open_entry.
+    let record = unsafe { &mut (*call).record };
+    record.set_end_ns(now_ns());
+    if complete(record) {
+        emit(&*record);
+    }
+    record.disarm();
+}
+
+/// The open call a return belongs to, its level popped. Where the stack
+/// pointer is read, the open call must be the returning one: one that
+/// encloses it means the returning call's entry program never ran; one
+/// deeper than it returned without its kretprobe running.
+#[inline(always)]
+fn returning_call<T: InFlight>(
+    ctx: &RetProbeContext,
+    table: &LruHashMap<PendingKey, Pending<T>>,
+    hook: u32,
+) -> Option<*mut Pending<T>> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(base) = open_entry(table, pid_tgid, hook, 0) else {
         // no entry, or a disarmed one: the kprobe of this call did not run
         count_lost(LostReason::UnmatchedReturn);
         debug!(ctx, "qpwatch: return without entry, hook {}", hook);
-        return;
+        return None;
     };
-    // SAFETY: as in open_entry.
+    // SAFETY (every dereference below): as in open_entry.
     if unsafe { (*base).record.start_ns() } < return_hooked_since(hook) {
         // entered while the kretprobe was being attached: this call, or one
         // whose return never runs; not counted, like a call before the agent
@@ -342,53 +370,46 @@ pub(crate) fn finish<T: InFlight>(
             (*base).record.disarm();
             (*base).open_inside = 0;
         }
-        return;
+        return None;
     }
     let returning_sp = entry_sp_at_return(ctx.regs);
-    // SAFETY (every dereference below): as in open_entry.
-    let mut level = unsafe { (*base).open_inside };
-    for _ in 0..=MAX_NESTING {
-        if level >= MAX_NESTING {
+    let level = unsafe { (*base).open_inside };
+    if level >= MAX_NESTING {
+        unsafe { (*base).open_inside = level - 1 };
+        return None; // counted at its entry
+    }
+    let call = if level == 0 {
+        base
+    } else {
+        let Some(call) = open_entry(table, pid_tgid, hook, level) else {
             unsafe { (*base).open_inside = level - 1 };
-            return; // counted at its entry
-        }
-        let call = if level == 0 {
-            Some(base)
-        } else {
-            open_entry(table, pid_tgid, hook, level)
-        };
-        let Some(call) = call else {
             count_lost(LostReason::UnmatchedReturn);
-            unsafe { (*base).open_inside = level - 1 };
-            return;
+            return None;
         };
-        let call_sp = unsafe { (*call).entry_sp };
-        if returning_sp != 0 && call_sp != 0 && call_sp != returning_sp {
-            if call_sp > returning_sp || level == 0 {
-                count_lost(LostReason::UnmatchedReturn);
-                if call_sp < returning_sp {
-                    count_lost(LostReason::ReturnMissed);
-                    unsafe { (*call).record.disarm() };
-                }
-                return;
-            }
-            count_lost(LostReason::ReturnMissed);
-            unsafe { (*call).record.disarm() };
-            level -= 1;
-            unsafe { (*base).open_inside = level };
-            continue;
-        }
+        call
+    };
+    let call_sp = unsafe { (*call).entry_sp };
+    if returning_sp == 0 || call_sp == 0 || call_sp == returning_sp {
         if level > 0 {
             unsafe { (*base).open_inside = level - 1 };
         }
-        let record = unsafe { &mut (*call).record };
-        record.set_end_ns(now_ns());
-        if complete(record) {
-            emit(&*record);
-        }
-        record.disarm();
-        return;
+        return Some(call);
     }
+    if call_sp < returning_sp {
+        // deeper than the returning call: it returned without its kretprobe
+        count_lost(LostReason::ReturnMissed);
+        unsafe { (*call).record.disarm() };
+        if level > 0 {
+            unsafe { (*base).open_inside = level - 1 };
+        }
+        if level == 1 && unsafe { (*base).entry_sp } == returning_sp {
+            return Some(base);
+        }
+    }
+    // the open call encloses the returning one, whose entry was not
+    // recorded (or the returning call is further down)
+    count_lost(LostReason::UnmatchedReturn);
+    None
 }
 
 #[inline(always)]
