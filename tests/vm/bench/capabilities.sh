@@ -1,3 +1,4 @@
+# vm-timeout: 900
 # Measurement (prints a table): which capabilities the agent needs, as the
 # unit runs it (non-root, NoNewPrivileges, ambient capabilities only,
 # LimitMEMLOCK=infinity), under Debian's default kernel.perf_event_paranoid=3
