@@ -11,10 +11,10 @@ use std::{
 };
 
 use qpwatch::{
-    cm::{CmCorrelator, CmNames},
-    correlator::{Correlator, Limits},
-    metrics::{render, Buckets, Metrics},
-    pipeline::Pipeline,
+    export::metrics::{render, Buckets, Metrics},
+    model::cm::{CmCorrelator, CmNames},
+    model::pipeline::Pipeline,
+    model::qp::{Correlator, Limits},
 };
 use qpwatch_common::{EventKind, QpEvent, QpOrigin, IB_QP_STATE_MASK};
 

@@ -6,10 +6,10 @@
 //!   cargo run --release -p qpwatch --example pipeline_cost [LIFECYCLES]
 
 use qpwatch::{
-    cm::{CmCorrelator, CmNames},
-    correlator::{Correlator, Limits},
-    metrics::{Buckets, Metrics},
-    pipeline::Pipeline,
+    export::metrics::{Buckets, Metrics},
+    model::cm::{CmCorrelator, CmNames},
+    model::pipeline::Pipeline,
+    model::qp::{Correlator, Limits},
 };
 use qpwatch_common::{EventKind, QpEvent};
 use std::time::Instant;
@@ -72,6 +72,6 @@ fn main() {
         el.as_nanos() as f64 / recs.len() as f64
     );
     let start = Instant::now();
-    let text = qpwatch::metrics::render(&p.metrics.registry);
+    let text = qpwatch::export::metrics::render(&p.metrics.registry);
     println!("render {} bytes in {:?}", text.len(), start.elapsed());
 }

@@ -1,26 +1,19 @@
 //! qpwatch: eBPF observability for the RDMA queue pair lifecycle.
 //!
-//! The binary is a thin wrapper over [`daemon::run`]; the modules below are
-//! split by concern so that the pure ones (BTF, decoding, correlation,
-//! metrics) are testable on any host.
+//! The layers, in the order an event travels:
+//! - [`kernel`]: the kernel side — BTF and the offsets read from it, the hook
+//!   table, loading and attaching the eBPF programs, RDMA netlink.
+//! - [`model`]: decoding ring-buffer records into events and the QP and CM
+//!   state machines that turn them into observations.
+//! - [`export`]: metric families, the Prometheus exposition, HTTP, JSON lines.
+//! - [`synthetic`]: the agent's own RDMA probes and their cross-check against
+//!   what the hooks saw.
+//! - [`service`]: configuration, the daemon loop, systemd, install, logging.
+//!
+//! The binary is a thin wrapper over [`service::daemon::run`].
 
-pub mod btf;
-pub mod cm;
-pub mod config;
-pub mod correlator;
-pub mod daemon;
-pub mod events;
-pub mod exposition;
-pub mod http;
-pub mod ib_cm_counters;
-pub mod install;
-pub mod jsonl;
-pub mod logging;
-pub mod metrics;
-pub mod offsets;
-pub mod pipeline;
-pub mod probes;
-pub mod probing;
-pub mod rdma;
-pub mod systemd;
-pub mod tracer;
+pub mod export;
+pub mod kernel;
+pub mod model;
+pub mod service;
+pub mod synthetic;

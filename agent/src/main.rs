@@ -2,8 +2,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use qpwatch::{
-    config::{self, Cli, Command, RunArgs},
-    daemon::{self, Mode},
+    service::config::{self, Cli, Command, RunArgs},
+    service::daemon::{self, Mode},
 };
 
 /// Exit code for bad configuration or flags (clap uses 2 for usage errors too).
@@ -19,21 +19,21 @@ fn main() -> ExitCode {
             check_config(&path.or(config).expect("clap requires one"))
         }
         Some(Command::Probe(args)) => {
-            let _ = qpwatch::logging::init("warn", config::LogFormat::Text);
-            match qpwatch::probing::cli_probe(args) {
+            let _ = qpwatch::service::logging::init("warn", config::LogFormat::Text);
+            match qpwatch::synthetic::prober::cli_probe(args) {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(3),
                 Err(error) => fail(&error),
             }
         }
         Some(Command::Responder(args)) => {
-            let _ = qpwatch::logging::init("info", config::LogFormat::Text);
-            match qpwatch::probing::cli_responder(args) {
+            let _ = qpwatch::service::logging::init("info", config::LogFormat::Text);
+            match qpwatch::synthetic::prober::cli_responder(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => fail(&error),
             }
         }
-        Some(Command::Install(args)) => match qpwatch::install::install(&args.root) {
+        Some(Command::Install(args)) => match qpwatch::service::install::install(&args.root) {
             Ok(done) => {
                 done.iter().for_each(|line| println!("{line}"));
                 ExitCode::SUCCESS
@@ -83,7 +83,7 @@ fn serve(args: RunArgs, mode: Mode) -> ExitCode {
             return ExitCode::from(BAD_CONFIG);
         }
     };
-    if let Err(error) = qpwatch::logging::init(&settings.log_level, settings.log_format) {
+    if let Err(error) = qpwatch::service::logging::init(&settings.log_level, settings.log_format) {
         return fail(&error);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()

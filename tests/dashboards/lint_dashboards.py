@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Static checks of the qpwatch dashboards and rules (no Prometheus needed).
 
-    lint_dashboards.py --metrics agent/src/metrics.rs agent/src/ib_cm_counters.rs --rules dashboards/rules.yml dashboards/*.json
+    lint_dashboards.py --metrics agent/src/export/metrics.rs agent/src/export/ib_cm_counters.rs --rules dashboards/rules.yml dashboards/*.json
 
 Dashboards:
   * valid JSON, schemaVersion >= 36, a uid and a title;
@@ -20,7 +20,7 @@ Dashboards:
   * range selectors use $__rate_interval, $__interval or $__range, never a
     hard-coded window.
 Dashboards and rules:
-  * every metric name exists in agent/src/metrics.rs (histogram names with
+  * every metric name exists in agent/src/export/metrics.rs (histogram names with
     _bucket/_sum/_count), or is `up`, `process_*`, or a recording rule of
     --rules;
   * every label in a matcher or a by/without clause is a label of a metric of

@@ -264,7 +264,7 @@ mod tests {
     /// The tables above against the running kernel's BTF (runs in the VM suite).
     #[test]
     fn tables_match_running_kernel_btf() {
-        use crate::btf::Btf;
+        use crate::kernel::btf::Btf;
         use std::sync::Arc;
         let (Ok(vmlinux), Ok(ib_core)) = (
             std::fs::read("/sys/kernel/btf/vmlinux"),

@@ -16,7 +16,7 @@ use prometheus::{
     proto::{Counter, LabelPair, Metric, MetricFamily, MetricType},
 };
 
-use crate::correlator::OTHER;
+use crate::model::qp::OTHER;
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
 
@@ -265,7 +265,7 @@ mod tests {
         registry
             .register(Box::new(IbCmCounters::new(dir.path(), 64)))
             .unwrap();
-        let text = crate::metrics::render(&registry);
+        let text = crate::export::metrics::render(&registry);
         assert!(
             text.contains(
                 "qpwatch_ib_cm_messages_total{device=\"rxe0\",direction=\"sent\",message=\"req\",port=\"1\"} 3"
@@ -275,6 +275,6 @@ mod tests {
         assert!(!text.contains(REPEATED), "no series, no family: {text}");
         // the device went away: so do its series
         fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
-        assert!(!crate::metrics::render(&registry).contains(MESSAGES));
+        assert!(!crate::export::metrics::render(&registry).contains(MESSAGES));
     }
 }

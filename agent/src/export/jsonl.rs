@@ -8,10 +8,10 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    cm::{call_name, CmCorrelator},
-    events::{clock_ns, Call, CmCall, QpCall},
-    pipeline::EventSink,
-    rdma::{cm_event_name, QpState},
+    kernel::rdma::{cm_event_name, QpState},
+    model::cm::{call_name, CmCorrelator},
+    model::events::{clock_ns, Call, CmCall, QpCall},
+    model::pipeline::EventSink,
 };
 use qpwatch_common::{CmOp, QpOrigin};
 
@@ -172,7 +172,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::CmNames;
+    use crate::model::cm::CmNames;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]

@@ -5,12 +5,12 @@ use aya::maps::{MapData, RingBuf};
 use tracing::warn;
 
 use crate::{
-    cm::CmCorrelator,
-    correlator::Correlator,
-    events::{clock_ns, decode, CmCall, QpCall, Record},
-    metrics::Metrics,
-    probing::OwnCalls,
-    rdma::QpState,
+    export::metrics::Metrics,
+    kernel::rdma::QpState,
+    model::cm::CmCorrelator,
+    model::events::{clock_ns, decode, CmCall, QpCall, Record},
+    model::qp::Correlator,
+    synthetic::prober::OwnCalls,
 };
 
 /// How long a record is held back after the kernel finished it, for records

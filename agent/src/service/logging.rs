@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::{fmt, EnvFilter};
 
-use crate::config::LogFormat;
+use crate::service::config::LogFormat;
 
 pub fn init(level: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(level)

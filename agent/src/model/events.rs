@@ -8,7 +8,7 @@ use qpwatch_common::{
 };
 use thiserror::Error;
 
-use crate::rdma::{QpState, QpType};
+use crate::kernel::rdma::{QpState, QpType};
 
 /// Nanoseconds of `clock`; with CLOCK_MONOTONIC, the clock of the records'
 /// `bpf_ktime_get_ns()` timestamps.

@@ -11,9 +11,9 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use qpwatch_common::CmOp;
 
 use crate::{
-    correlator::{Label, Observation, Observer},
-    events::CmCall,
-    rdma::{cm_event, cm_event_name, cm_status_label},
+    kernel::rdma::{cm_event, cm_event_name, cm_status_label},
+    model::events::CmCall,
+    model::qp::{Label, Observation, Observer},
 };
 
 /// Derived state label for an id in CONNECT that saw its connection established.

@@ -9,12 +9,12 @@ use prometheus::{
 };
 use qpwatch_common::{LostReason, QpOrigin, LOST_REASONS};
 
-use crate::probes::HookStatus;
+use crate::kernel::hooks::HookStatus;
 
 use crate::{
-    correlator::{Observation, Observer},
-    events::DecodeError,
-    rdma::errno_label,
+    kernel::rdma::errno_label,
+    model::events::DecodeError,
+    model::qp::{Observation, Observer},
 };
 
 /// Kernel call latencies (create, modify): 1 µs to 10 s in 1-2.5-5 steps.
@@ -758,14 +758,14 @@ impl Observer for Metrics {
 /// Renders the registry in the Prometheus text format.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::with_capacity(32 * 1024);
-    crate::exposition::encode(&registry.gather(), &mut out);
+    crate::export::exposition::encode(&registry.gather(), &mut out);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::{QpState, QpType};
+    use crate::kernel::rdma::{QpState, QpType};
     use std::{sync::Arc, time::Duration};
 
     fn value(text: &str, series: &str) -> Option<f64> {

@@ -38,7 +38,7 @@ impl Notifier {
     /// it: systemd 253 and later match the reload to it, and a reload
     /// without it can run into the unit's timeout.
     pub fn reloading(&self) {
-        let now_us = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        let now_us = crate::model::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
         self.notify(&format!("RELOADING=1\nMONOTONIC_USEC={now_us}"));
     }
 
@@ -81,9 +81,9 @@ mod tests {
         let len = server.recv(&mut buf).unwrap();
         assert_eq!(&buf[..len], b"READY=1");
         assert_eq!(n.watchdog_interval(), Some(Duration::from_secs(15)));
-        let before = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        let before = crate::model::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
         n.reloading();
-        let after = crate::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
+        let after = crate::model::events::clock_ns(libc::CLOCK_MONOTONIC) / 1_000;
         let len = server.recv(&mut buf).unwrap();
         let text = std::str::from_utf8(&buf[..len]).unwrap();
         let usec: i128 = text

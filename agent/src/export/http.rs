@@ -14,7 +14,7 @@ use axum::{
 };
 use tokio::net::TcpListener;
 
-use crate::metrics::{render, Metrics};
+use crate::export::metrics::{render, Metrics};
 
 type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 

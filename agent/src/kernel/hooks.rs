@@ -400,7 +400,7 @@ impl Instance {
         if let Some(slot) = hook.return_slot {
             self.set_return_hooked_since(
                 slot,
-                crate::events::clock_ns(libc::CLOCK_MONOTONIC) as u64,
+                crate::model::events::clock_ns(libc::CLOCK_MONOTONIC) as u64,
             );
         }
         if let Some(id) = self

@@ -243,9 +243,9 @@ mod tests {
     #[test]
     fn equals_the_crate_encoder_on_qpwatch_metrics() {
         use crate::{
-            correlator::{Observation, Observer},
-            metrics::{Buckets, Metrics},
-            rdma::QpState,
+            export::metrics::{Buckets, Metrics},
+            kernel::rdma::QpState,
+            model::qp::{Observation, Observer},
         };
         let mut m = Metrics::new(&Buckets::default(), "6.1.0-test");
         m.observe(Observation::Transition {

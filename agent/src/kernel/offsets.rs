@@ -11,7 +11,7 @@ use std::{
 use qpwatch_common::{CmOffsets, KernelOffsets};
 use thiserror::Error;
 
-use crate::btf::{Btf, BtfError};
+use crate::kernel::btf::{Btf, BtfError};
 
 pub const DEFAULT_BTF_DIR: &str = "/sys/kernel/btf";
 
@@ -317,7 +317,7 @@ pub fn module_generation(dir: &Path, module: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btf::tests::BtfBuilder;
+    use crate::kernel::btf::tests::BtfBuilder;
 
     /// A fake /sys/kernel/btf with a vmlinux and an ib_core whose layout the
     /// test chooses, so the expected offsets are known independently.

@@ -23,14 +23,14 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    cm::CmNames,
-    metrics::Metrics,
-    offsets::{module_generation, KernelBtf},
-    pipeline::Pipeline,
-    probes::{
+    export::metrics::Metrics,
+    kernel::hooks::{
         all_hooks, attach_instance, Group, Hook, HookStatus, Instance, InstanceKind, KernelCounters,
     },
-    rdma::{netlink, QpState, QpType},
+    kernel::offsets::{module_generation, KernelBtf},
+    kernel::rdma::{netlink, QpState, QpType},
+    model::cm::CmNames,
+    model::pipeline::Pipeline,
 };
 
 #[derive(Debug, Error)]
@@ -611,7 +611,7 @@ async fn drain_until_stopped(
     drain_all: impl Fn() -> usize,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut timer = tokio::time::interval(crate::probes::DRAIN_INTERVAL);
+    let mut timer = tokio::time::interval(crate::kernel::hooks::DRAIN_INTERVAL);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

@@ -16,7 +16,10 @@ use serde::Deserialize;
 use thiserror::Error;
 use toml::Spanned;
 
-use crate::{correlator::Limits, metrics::Buckets, offsets::DEFAULT_BTF_DIR, probes::Group};
+use crate::{
+    export::metrics::Buckets, kernel::hooks::Group, kernel::offsets::DEFAULT_BTF_DIR,
+    model::qp::Limits,
+};
 
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9721";
@@ -928,7 +931,7 @@ mod tests {
 
     #[test]
     fn the_example_config_is_valid() {
-        let text = include_str!("../../packaging/qpwatch.toml");
+        let text = include_str!("../../../packaging/qpwatch.toml");
         let s = parse(text).unwrap();
         assert_eq!(s.listen, "0.0.0.0:9721".parse().unwrap());
         assert!(!s.targets.is_empty());

@@ -13,8 +13,8 @@ use std::{
 use qpwatch_common::{QpOrigin, COMM_LEN, DEVICE_NAME_LEN};
 
 use crate::{
-    events::{Call, QpCall},
-    rdma::{QpState, QpType},
+    kernel::rdma::{QpState, QpType},
+    model::events::{Call, QpCall},
 };
 
 /// A metric label value shared between observations without copying.

@@ -8,8 +8,8 @@ use std::{
 
 use anyhow::Context;
 
-pub const UNIT: &str = include_str!("../../packaging/qpwatch.service");
-pub const EXAMPLE_CONFIG: &str = include_str!("../../packaging/qpwatch.toml");
+pub const UNIT: &str = include_str!("../../../packaging/qpwatch.service");
+pub const EXAMPLE_CONFIG: &str = include_str!("../../../packaging/qpwatch.toml");
 
 fn under(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))

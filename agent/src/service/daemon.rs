@@ -18,18 +18,18 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    cm::{CmCorrelator, CmNames},
-    config::{self, RunArgs, Settings},
-    correlator::Correlator,
-    http::{self, HttpState},
-    ib_cm_counters::{self, IbCmCounters},
-    jsonl::JsonLines,
-    metrics::Metrics,
-    offsets::kernel_release,
-    pipeline::{EventSink, Pipeline},
-    probing::{ProbeSink, Prober},
-    systemd::Notifier,
-    tracer::{Tracer, TracerConfig},
+    export::http::{self, HttpState},
+    export::ib_cm_counters::{self, IbCmCounters},
+    export::jsonl::JsonLines,
+    export::metrics::Metrics,
+    kernel::offsets::kernel_release,
+    kernel::tracer::{Tracer, TracerConfig},
+    model::cm::{CmCorrelator, CmNames},
+    model::pipeline::{EventSink, Pipeline},
+    model::qp::Correlator,
+    service::config::{self, RunArgs, Settings},
+    service::systemd::Notifier,
+    synthetic::prober::{ProbeSink, Prober},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,11 +20,11 @@ use rdma_probe::{
 use tracing::{info, warn};
 
 use crate::{
-    config::{ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
-    events::{Call, QpCall},
-    metrics::Metrics,
-    pipeline::Pipeline,
-    rdma::QpState,
+    export::metrics::Metrics,
+    kernel::rdma::QpState,
+    model::events::{Call, QpCall},
+    model::pipeline::Pipeline,
+    service::config::{ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
 };
 
 /// A kernel QP call of this process, kept for the cross-check.

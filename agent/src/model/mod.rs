@@ -1,0 +1,7 @@
+//! From ring-buffer records to observations: decoding, the QP state machine,
+//! the CM correlator, and the pipeline that drives them.
+
+pub mod cm;
+pub mod events;
+pub mod pipeline;
+pub mod qp;

@@ -1,0 +1,3 @@
+//! The agent's own RDMA probes, and their cross-check against the hooks.
+
+pub mod prober;
