@@ -1,4 +1,4 @@
-# vm-timeout: 900
+# vm-timeout: 2400
 # Measurement (prints a table): which capabilities the agent needs, as the
 # unit runs it (non-root, NoNewPrivileges, ambient capabilities only,
 # LimitMEMLOCK=infinity), under Debian's default kernel.perf_event_paranoid=3
@@ -24,7 +24,7 @@ row() { # PARANOID "CAPS"
     --responder-listen "$RXE_ADDR:9723" --target "self=$RXE_ADDR:9723" --probe-interval 2 --probe-timeout 1 --probe-pings 3 \
     >"$log" 2>&1 &
   AGENT_PID=$!
-  if wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null; then ready=yes; fi
+  if wait_until 180 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null; then ready=yes; fi
   if curl -fsS "http://$AGENT_ADDR/metrics" -o "$OUT/cap.prom" 2>/dev/null; then
     attached=$(metric "$OUT/cap.prom" 'qpwatch_probe_attached')
     total=$(series_count "$OUT/cap.prom" 'qpwatch_probe_attached')
