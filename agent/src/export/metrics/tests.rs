@@ -1,0 +1,172 @@
+//! Tests of the families through [`Metrics`]: observations in, exposition out.
+
+use super::*;
+use crate::kernel::rdma::{QpState, QpType};
+use qpwatch_common::QpOrigin;
+use std::{sync::Arc, time::Duration};
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn observations_land_in_the_exposition() {
+    let mut m = Metrics::new(&Buckets::default(), "6.1.0-test");
+    m.observe(Observation::Created {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        origin: QpOrigin::User,
+        comm: Arc::from("rping"),
+        duration: Duration::from_micros(30),
+    });
+    m.observe(Observation::Transition {
+        from: Some(QpState::Reset),
+        to: QpState::Init,
+        duration: Duration::from_micros(3),
+    });
+    m.observe(Observation::LiveQps {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        state: QpState::Init,
+        delta: 1,
+    });
+    m.observe(Observation::ModifyFailed {
+        to: None,
+        errno: -22,
+    });
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_created_total{device="rxe0",origin="user",qp_type="RC"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_transition_duration_seconds_count{from="RESET",to="INIT"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_transition_duration_seconds_bucket{from="RESET",to="INIT",le="0.000005"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qps{device="rxe0",qp_type="RC",state="INIT"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_modify_errors_total{errno="EINVAL",to="unchanged"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(
+                r#"qpwatch_build_info{{dirty="{}",kernel="6.1.0-test",revision="{}",version="0.1.0"}}"#,
+                env!("QPWATCH_GIT_DIRTY"),
+                env!("QPWATCH_GIT_REVISION")
+            )
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn the_process_collector_is_registered() {
+    let m = Metrics::new(&Buckets::default(), "k");
+    let text = render(&m.registry);
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+    ] {
+        assert!(text.contains(&format!("\n{name} ")), "{name} missing");
+    }
+}
+
+#[test]
+fn lost_events_add_up() {
+    let m = Metrics::new(&Buckets::default(), "k");
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+        ),
+        Some(0.0),
+        "exported at zero from the start"
+    );
+    m.events.add_lost([5, 0, 1, 0, 0]);
+    m.events.add_lost([2, 0, 0, 0, 0]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+        ),
+        Some(7.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="unmatched_return"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn process_and_cm_error_counters() {
+    let mut m = Metrics::new(&Buckets::default(), "k");
+    m.observe(Observation::Created {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        origin: QpOrigin::Kernel,
+        comm: Arc::from("kworker/u4:1"),
+        duration: Duration::from_micros(30),
+    });
+    for event in ["REJECTED", "ESTABLISHED"] {
+        m.observe(Observation::CmEvent {
+            event,
+            status: Arc::from("0"),
+            duration: Duration::from_micros(5),
+            result: 0,
+        });
+    }
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_created_by_process_total{comm="kworker/u4:1"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_cm_errors_total{event="REJECTED"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_cm_errors_total{event="ESTABLISHED"}"#),
+        None
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_cm_events_total{event="ESTABLISHED",status="0"}"#
+        ),
+        Some(1.0)
+    );
+}
