@@ -4,7 +4,7 @@
 //! loaded gets loaded, attached, reconciled with the kernel's netlink view
 //! and drained; an instance whose module disappeared is dropped; hooks that
 //! failed are retried when the set of loaded modules changes. Each hook's
-//! outcome is exported as `qpwatch_probe_attached{hook}`.
+//! outcome is exported as `qpwatch_hook_attached{hook}`.
 
 use std::{
     collections::{BTreeMap, HashMap},

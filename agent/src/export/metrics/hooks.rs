@@ -19,7 +19,7 @@ impl HookMetrics {
     pub fn new(r: &mut Registrar) -> Self {
         Self {
             attached: r.gauge_vec(
-                "qpwatch_probe_attached",
+                "qpwatch_hook_attached",
                 "1 if the hook is attached, 0 if not (see the logs for the reason).",
                 &["hook"],
             ),
@@ -41,7 +41,7 @@ impl HookMetrics {
         }
     }
 
-    /// Sets `qpwatch_probe_attached` for each hook of an enabled group; the
+    /// Sets `qpwatch_hook_attached` for each hook of an enabled group; the
     /// hooks of a disabled group lose their series.
     pub fn set_statuses(&self, statuses: &[(String, HookStatus)]) {
         for (hook, status) in statuses {

@@ -170,3 +170,35 @@ fn process_and_cm_error_counters() {
         Some(1.0)
     );
 }
+
+#[test]
+fn hook_statuses_are_exported_per_hook() {
+    use crate::kernel::hooks::HookStatus;
+    let m = Metrics::new(&Buckets::default(), "k");
+    let status = |hook: &str, status| (hook.to_owned(), status);
+    m.hooks.set_statuses(&[
+        status("kprobe:_ib_modify_qp", HookStatus::Attached),
+        status("kprobe:rdma_listen", HookStatus::Detached("gone".into())),
+    ]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_hook_attached{hook="kprobe:_ib_modify_qp"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_hook_attached{hook="kprobe:rdma_listen"}"#),
+        Some(0.0)
+    );
+    // a group switched off: its hooks' series go away
+    m.hooks
+        .set_statuses(&[status("kprobe:rdma_listen", HookStatus::Disabled)]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(&text, r#"qpwatch_hook_attached{hook="kprobe:rdma_listen"}"#),
+        None
+    );
+    assert!(!text.contains("qpwatch_probe_attached"));
+}
