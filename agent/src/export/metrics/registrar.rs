@@ -2,9 +2,9 @@
 //!
 //! Every family file builds its metrics through a [`Registrar`], which
 //! registers them and remembers their names: [`super::Metrics::families`]
-//! lists what is registered. The constructors panic on an invalid or
-//! duplicate metric: both are programming errors that every test building a
-//! `Metrics` catches.
+//! lists what is registered (a test holds README.md to it). The constructors
+//! panic on an invalid or duplicate metric: both are programming errors that
+//! every test building a `Metrics` catches.
 
 use prometheus::{
     core::Collector, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,

@@ -202,3 +202,112 @@ fn hook_statuses_are_exported_per_hook() {
     );
     assert!(!text.contains("qpwatch_probe_attached"));
 }
+
+// README.md and the registry agree.
+
+const README: &str = include_str!("../../../../README.md");
+
+/// Every family, the IB CM counters (registered by the daemon, not by
+/// `Metrics::new`) included.
+fn all_families() -> Vec<String> {
+    let mut m = Metrics::new(&Buckets::default(), "k");
+    m.register_ib_cm_counters("/nonexistent", 1)
+        .expect("registered once");
+    m.families().to_vec()
+}
+
+/// The README's `## Metrics` section, up to the next `## ` heading.
+fn metrics_section() -> &'static str {
+    let start = README
+        .find("\n## Metrics\n")
+        .expect("README.md has a ## Metrics section")
+        + 1;
+    let end = README[start + 1..]
+        .find("\n## ")
+        .map_or(README.len(), |i| start + 1 + i);
+    &README[start..end]
+}
+
+/// The `qpwatch_*` names in `text`, each with whether it is a prefix (it
+/// ends in `_`, or a `*` follows: `qpwatch_bpf_program_*`). Recording rules
+/// (`instance:qpwatch_...:rate5m`, `qpwatch:...`) are not metric names.
+fn mentioned(text: &str) -> Vec<(&str, bool)> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("qpwatch_") {
+        let start = from + i;
+        let end = text[start..]
+            .find(|c: char| !is_name(c))
+            .map_or(text.len(), |j| start + j);
+        from = end;
+        let before = text[..start].chars().next_back();
+        if before.is_some_and(|c| is_name(c) || c == ':') || text[end..].starts_with(':') {
+            continue;
+        }
+        let name = &text[start..end];
+        names.push((name, name.ends_with('_') || text[end..].starts_with('*')));
+    }
+    names
+}
+
+#[test]
+fn every_metric_the_readme_names_is_registered() {
+    let families = all_families();
+    let registered = |name: &str| families.iter().any(|f| f == name);
+    let unknown: Vec<&str> = mentioned(README)
+        .into_iter()
+        .filter(|&(name, prefix)| {
+            if prefix {
+                return !families.iter().any(|f| f.starts_with(name));
+            }
+            // a histogram's series
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name);
+            !registered(name) && !registered(base)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "README.md names metrics that are not registered: {unknown:?}"
+    );
+}
+
+#[test]
+fn every_registered_family_has_a_row_in_the_readme_metrics_table() {
+    // first cells of the section's table rows: "| `qpwatch_qps` | gauge ..."
+    let rows: Vec<&str> = metrics_section()
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split('`').next())
+        .collect();
+    let missing: Vec<String> = all_families()
+        .into_iter()
+        .filter(|family| {
+            !rows.iter().any(|row| match row.strip_suffix('*') {
+                Some(prefix) => family.starts_with(prefix),
+                None => row == family,
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "registered, but without a row in README.md's Metrics table: {missing:?}"
+    );
+}
+
+#[test]
+fn the_readme_scan_finds_names_prefixes_and_skips_recording_rules() {
+    let text = "`qpwatch_qps{state}` and `qpwatch_bpf_program_*`, the `qpwatch_` prefix, \
+                `instance:qpwatch_qp_created:rate5m`, `qpwatch:x`, myqpwatch_y";
+    assert_eq!(
+        mentioned(text),
+        [
+            ("qpwatch_qps", false),
+            ("qpwatch_bpf_program_", true),
+            ("qpwatch_", true)
+        ]
+    );
+}
