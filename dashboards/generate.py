@@ -518,16 +518,16 @@ def overview():
     ), w=4, h=5)
     b.add(stat(
         "Hooks attached",
-        [q("sum(qpwatch_probe_attached{%s})" % SEL, "", instant=True)],
+        [q("sum(qpwatch_hook_attached{%s})" % SEL, "", instant=True)],
         "short",
         "kprobes, kretprobes and raw tracepoints attached, over the selected agents.",
         graph="none",
     ), w=4, h=5)
     b.add(stat(
         "Hooks not attached",
-        [q("sum(1 - qpwatch_probe_attached{%s})" % SEL, "", instant=True)],
+        [q("sum(1 - qpwatch_hook_attached{%s})" % SEL, "", instant=True)],
         "short",
-        "Hooks of an enabled group that did not attach (qpwatch_probe_attached == 0); the agent's log says why.",
+        "Hooks of an enabled group that did not attach (qpwatch_hook_attached == 0); the agent's log says why.",
         thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}],
         color_mode="background",
         graph="none",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Static checks of the qpwatch dashboards and rules (no Prometheus needed).
 
-    lint_dashboards.py --metrics agent/src/export/metrics.rs agent/src/export/ib_cm_counters.rs --rules dashboards/rules.yml dashboards/*.json
+    lint_dashboards.py --metrics agent/src/export/metrics --rules dashboards/rules.yml dashboards/*.json
 
 Dashboards:
   * valid JSON, schemaVersion >= 36, a uid and a title;
@@ -20,9 +20,9 @@ Dashboards:
   * range selectors use $__rate_interval, $__interval or $__range, never a
     hard-coded window.
 Dashboards and rules:
-  * every metric name exists in agent/src/export/metrics.rs (histogram names with
-    _bucket/_sum/_count), or is `up`, `process_*`, or a recording rule of
-    --rules;
+  * every metric name is registered in agent/src/export/metrics/ (histogram
+    names with _bucket/_sum/_count), or is `up`, `process_*`, or a recording
+    rule of --rules;
   * every label in a matcher or a by/without clause is a label of a metric of
     that expression (or job, instance, le for histograms, quantile);
   * rate/irate/increase only over counters (_total) and histogram series;
@@ -34,6 +34,7 @@ Exits 1 with one line per problem. Python 3 standard library only.
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -51,7 +52,7 @@ def problem(where, msg):
 
 
 # ---------------------------------------------------------------------------
-# metrics.rs
+# agent/src/export/metrics/
 
 
 def collector_metrics(text):
@@ -65,37 +66,35 @@ def collector_metrics(text):
     return found
 
 
+def rust_files(paths):
+    """The .rs files of `paths`: files as given, directories' files (sorted)."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files += sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".rs"))
+        else:
+            files.append(path)
+    return files
+
+
+def registered_metrics(text):
+    """Families built through the Registrar: r.counter_vec("name", "help",
+    &["a", "b"]), r.histogram("name", "help", &buckets) etc."""
+    found = {}
+    for kind, name, labels in re.findall(
+        r'\.(counter|float_counter|gauge|histogram)(?:_vec)?\(\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",?\s*(?:&\[([^\]]*)\])?', text
+    ):
+        found[name] = ("counter" if kind.endswith("counter") else kind, set(re.findall(r'"(\w+)"', labels)))
+    return found
+
+
 def agent_metrics(paths):
     """name -> (kind, set of labels), kind in counter/gauge/histogram."""
     found = {}
-    for path in paths[1:]:
-        found.update(collector_metrics(open(path, encoding="utf-8").read()))
-    text = open(paths[0], encoding="utf-8").read()
-    # helper constructors: counter(r, "name", "help", &["a", "b"]) etc.
-    for kind, name, labels in re.findall(
-        r'\b(counter|gauge|histogram|plain_histogram)\(\s*r,\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",\s*(?:&\[([^\]]*)\])?', text
-    ):
-        found[name] = ("histogram" if "histogram" in kind else kind, set(re.findall(r'"(\w+)"', labels)))
-    # direct constructors
-    patterns = [
-        (r'IntCounterVec::new\(\s*Opts::new\(\s*"(qpwatch_\w+)"', "counter"),
-        (r'CounterVec::new\(\s*Opts::new\(\s*"(qpwatch_\w+)"', "counter"),
-        (r'IntGaugeVec::new\(\s*Opts::new\(\s*"(qpwatch_\w+)"', "gauge"),
-        (r'IntCounter::new\(\s*"(qpwatch_\w+)"', "counter"),
-        (r'IntGauge::new\(\s*"(qpwatch_\w+)"', "gauge"),
-        (r'HistogramOpts::new\(\s*"(qpwatch_\w+)"', "histogram"),
-    ]
-    for pat, kind in patterns:
-        for m in re.finditer(pat, text):
-            name = m.group(1)
-            if name in found:
-                continue
-            tail = text[m.end():m.end() + 600]
-            labels = set()
-            lm = re.match(r'\s*,\s*"(?:[^"\\]|\\.)*",?\s*\)?\s*(?:\.buckets\([^)]*\)\s*,?\s*)?\)?,?\s*&\[([^\]]*)\]', tail, re.S)
-            if lm and "Vec::new" in pat:
-                labels = set(re.findall(r'"(\w+)"', lm.group(1)))
-            found[name] = (kind, labels)
+    for path in rust_files(paths):
+        text = open(path, encoding="utf-8").read()
+        found.update(collector_metrics(text))
+        found.update(registered_metrics(text))
     return found
 
 
@@ -196,7 +195,7 @@ def check_expr(where, expr, metrics, recorded, dashboard):
     for n in names:
         r = resolve(n, metrics, recorded)
         if r is None:
-            problem(where, "unknown metric %s (not in metrics.rs, not a recording rule)" % n)
+            problem(where, "unknown metric %s (not registered in agent/src/export/metrics/, not a recording rule)" % n)
         else:
             labels |= r[1]
     for metric, ls in matchers(expr):
@@ -372,13 +371,13 @@ def check_rules(path, metrics):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--metrics", required=True, nargs="+",
-                    help="metrics.rs, then the files of hand-written collectors")
+                    help="the metric family files or their directory (agent/src/export/metrics)")
     ap.add_argument("--rules", required=True)
     ap.add_argument("dashboards", nargs="+")
     args = ap.parse_args()
     metrics = agent_metrics(args.metrics)
     if len(metrics) < 40:
-        problem(args.metrics[0], "only %d metrics found: the parser no longer matches metrics.rs" % len(metrics))
+        problem(" ".join(args.metrics), "only %d metrics found: the parser no longer matches the family files" % len(metrics))
     recorded = check_rules(args.rules, metrics)
     for path in args.dashboards:
         check_dashboard(path, metrics, recorded)

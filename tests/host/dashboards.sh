@@ -4,7 +4,7 @@
 #   - tests/dashboards/lint_dashboards.py: schemaVersion, gridPos, targets,
 #     ${datasource} only (no hard-coded datasource uid), units ("s" where a
 #     panel shows seconds), $__rate_interval windows, every metric name and
-#     label known to agent/src/export/metrics.rs (or up / process_* / a recording
+#     label known to agent/src/export/metrics/ (or up / process_* / a recording
 #     rule), alert severities and annotations;
 #   - promtool check rules, promtool test rules (tests/dashboards/rules_test.yml),
 #     promtool check config on the example Prometheus configuration;
@@ -35,7 +35,7 @@ for f in "${boards[@]}"; do
 done
 run "dashboards/*.json generated from dashboards/generate.py" python3 dashboards/generate.py --check
 run "lint (datasource, units, metrics, labels, PromQL)" \
-  python3 tests/dashboards/lint_dashboards.py --metrics agent/src/export/metrics.rs agent/src/export/ib_cm_counters.rs --rules dashboards/rules.yml "${boards[@]}"
+  python3 tests/dashboards/lint_dashboards.py --metrics agent/src/export/metrics --rules dashboards/rules.yml "${boards[@]}"
 run "promtool check rules dashboards/rules.yml" promtool check rules dashboards/rules.yml
 run "promtool test rules tests/dashboards/rules_test.yml" promtool test rules tests/dashboards/rules_test.yml
 run "promtool check config dashboards/prometheus-example.yml" promtool check config dashboards/prometheus-example.yml

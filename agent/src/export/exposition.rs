@@ -253,7 +253,7 @@ mod tests {
             to: QpState::Rtr,
             duration: std::time::Duration::from_micros(250),
         });
-        m.event_received("qp_modify");
+        m.events.received("qp_modify");
         let (ours, theirs) = both(&m.registry);
         assert!(ours.contains("qpwatch_qp_transition_duration_seconds_bucket"));
         assert_eq!(ours, theirs);

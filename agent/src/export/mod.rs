@@ -2,6 +2,5 @@
 
 pub mod exposition;
 pub mod http;
-pub mod ib_cm_counters;
 pub mod jsonl;
 pub mod metrics;

@@ -4,7 +4,7 @@
 //! loaded gets loaded, attached, reconciled with the kernel's netlink view
 //! and drained; an instance whose module disappeared is dropped; hooks that
 //! failed are retried when the set of loaded modules changes. Each hook's
-//! outcome is exported as `qpwatch_probe_attached{hook}`.
+//! outcome is exported as `qpwatch_hook_attached{hook}`.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -74,11 +74,13 @@ impl CounterSet {
     pub fn refresh(&mut self, metrics: &Metrics) {
         for counters in self.instances.values_mut() {
             match counters.lost_delta() {
-                Ok(delta) => metrics.add_lost(delta),
+                Ok(delta) => metrics.events.add_lost(delta),
                 Err(error) => warn!(%error, "reading lost-event counters"),
             }
             for (name, hits) in counters.ib_cm_delta() {
-                metrics.tracepoint_hits(&format!("ib_cma:{name}"), hits);
+                metrics
+                    .hooks
+                    .tracepoint_hits(&format!("ib_cma:{name}"), hits);
             }
         }
         if self.programs.is_empty() {
@@ -90,7 +92,7 @@ impl CounterSet {
             };
             let (run_ns, runs) = (info.run_time().as_nanos() as u64, info.run_count());
             let seen = self.programs_seen.entry(info.id()).or_default();
-            metrics.bpf_run(
+            metrics.hooks.bpf_run(
                 hook,
                 run_ns.saturating_sub(seen.0),
                 runs.saturating_sub(seen.1),
@@ -289,7 +291,8 @@ impl Tracer {
             .lock()
             .expect("not poisoned")
             .metrics
-            .set_hook_statuses(&statuses);
+            .hooks
+            .set_statuses(&statuses);
     }
 
     fn fail(&mut self, kind: InstanceKind, reason: String) {

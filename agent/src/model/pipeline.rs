@@ -118,7 +118,7 @@ impl Pipeline {
     }
 
     fn handle(&mut self, record: Record) {
-        self.metrics.event_received(record.kind_label());
+        self.metrics.events.received(record.kind_label());
         match record {
             Record::Qp(call) => {
                 if let Some(sink) = self.sink.as_mut() {
@@ -144,7 +144,7 @@ impl Pipeline {
 fn decode_counted(bytes: &[u8], metrics: &Metrics) -> Option<Record> {
     decode(bytes)
         .map_err(|error| {
-            metrics.event_malformed(&error);
+            metrics.events.malformed(&error);
             warn!(%error, "dropping malformed ring-buffer record");
         })
         .ok()

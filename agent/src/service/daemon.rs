@@ -19,9 +19,8 @@ use tracing::{debug, info, warn};
 
 use crate::{
     export::http::{self, HttpState},
-    export::ib_cm_counters::{self, IbCmCounters},
     export::jsonl::JsonLines,
-    export::metrics::Metrics,
+    export::metrics::{ib_cm, Metrics},
     kernel::offsets::kernel_release,
     kernel::tracer::{Tracer, TracerConfig},
     model::cm::{CmCorrelator, CmNames},
@@ -94,13 +93,9 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let notifier = Notifier::from_env();
     let _bpf_stats = enable_bpf_stats(&settings);
 
-    let metrics = Metrics::new(&settings.buckets, &kernel_release());
+    let mut metrics = Metrics::new(&settings.buckets, &kernel_release());
     metrics
-        .registry
-        .register(Box::new(IbCmCounters::new(
-            ib_cm_counters::SYSFS_DIR,
-            settings.limits.max_device_labels,
-        )))
+        .register_ib_cm_counters(ib_cm::SYSFS_DIR, settings.limits.max_device_labels)
         .context("registering the IB CM counters")?;
     let sink: Option<Box<dyn EventSink>> = match mode {
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),

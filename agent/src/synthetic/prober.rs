@@ -215,7 +215,7 @@ impl ProbeSink {
             }
             drop(pipeline);
             for (call, skew) in &checked.skews {
-                self.metrics.probe_skew(call, *skew);
+                self.metrics.probes.skew(call, *skew);
             }
             if !checked.missing.is_empty() {
                 warn!(
@@ -225,7 +225,7 @@ impl ProbeSink {
                     missing = %checked.missing.join(", "),
                     "probe QP calls the eBPF path did not see"
                 );
-                self.metrics.probe_qp_unseen(target);
+                self.metrics.probes.qp_unseen(target);
             }
         }
     }
@@ -260,7 +260,7 @@ fn run_target(target: Target, sink: ProbeSink, stop: mpsc::Receiver<()>) {
             Some(probe) => probe.round(),
             None => probe_once(&config),
         };
-        sink.metrics.probe_outcome(&target.name, &outcome);
+        sink.metrics.probes.outcome(&target.name, &outcome);
         sink.cross_check(&target.name, &outcome);
         wait = jittered(target.interval, target.jitter);
     }
@@ -313,7 +313,7 @@ impl Prober {
             if let Some(runner) = self.targets.remove(&name) {
                 let _ = runner.stop.send(());
                 let _ = runner.thread.join();
-                self.sink.metrics.forget_probe_target(&name);
+                self.sink.metrics.probes.forget_target(&name);
             }
         }
         for target in targets {
@@ -385,7 +385,7 @@ impl Prober {
     }
 
     fn refresh_responder_with(&mut self, now: &ResponderStats) {
-        self.sink.metrics.responder_stats(&self.responder_seen, now);
+        self.sink.metrics.responder.stats(&self.responder_seen, now);
         self.responder_seen = *now;
     }
 

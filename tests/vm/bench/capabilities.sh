@@ -26,8 +26,8 @@ row() { # PARANOID "CAPS"
   AGENT_PID=$!
   if wait_until 180 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null; then ready=yes; fi
   if curl -fsS "http://$AGENT_ADDR/metrics" -o "$OUT/cap.prom" 2>/dev/null; then
-    attached=$(metric "$OUT/cap.prom" 'qpwatch_probe_attached')
-    total=$(series_count "$OUT/cap.prom" 'qpwatch_probe_attached')
+    attached=$(metric "$OUT/cap.prom" 'qpwatch_hook_attached')
+    total=$(series_count "$OUT/cap.prom" 'qpwatch_hook_attached')
     wait_for_metric_at_least 'qpwatch_probe_total{target="self",result="ok"}' 1 20 >/dev/null 2>&1 || true
     curl -fsS "http://$AGENT_ADDR/metrics" -o "$OUT/cap.prom" 2>/dev/null || true
     probe=$(metric "$OUT/cap.prom" 'qpwatch_probe_total{target="self",result="ok"}' 2>/dev/null || echo 0)

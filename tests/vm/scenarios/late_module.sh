@@ -28,9 +28,9 @@ sleep 3 # a few module polls: nothing may load the RDMA stack meanwhile
 status=$(curl -s -o /dev/null -w '%{http_code}' "http://$AGENT_ADDR/readyz")
 assert_eq "/readyz without ib_core" 503 "$status"
 before=$(scrape before)
-hooks=$(series_count "$before" 'qpwatch_probe_attached')
-[ "$hooks" -gt 0 ] || fail "no qpwatch_probe_attached series"
-assert_eq "hooks attached without ib_core/rdma_cm" 0 "$(metric "$before" 'qpwatch_probe_attached')"
+hooks=$(series_count "$before" 'qpwatch_hook_attached')
+[ "$hooks" -gt 0 ] || fail "no qpwatch_hook_attached series"
+assert_eq "hooks attached without ib_core/rdma_cm" 0 "$(metric "$before" 'qpwatch_hook_attached')"
 grep -q 'instance="ib_core" reason=module ib_core not loaded' "$OUT/agent.log" || fail "agent log does not name the missing ib_core"
 log "$hooks hooks reported detached; /readyz 503"
 
@@ -39,8 +39,8 @@ modprobe rdma_ucm
 wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null || fail "not ready after modprobe"
 wait_until 90 grep -q 'hooks attached instance="rdma_cm"' "$OUT/agent.log" || fail "rdma_cm hooks not attached after modprobe"
 attached=$(scrape attached)
-assert_eq "hooks left detached after modprobe" 0 "$(($(series_count "$attached" 'qpwatch_probe_attached') - $(metric "$attached" 'qpwatch_probe_attached')))"
-log "$(metric "$attached" 'qpwatch_probe_attached') hooks attached after modprobe"
+assert_eq "hooks left detached after modprobe" 0 "$(($(series_count "$attached" 'qpwatch_hook_attached') - $(metric "$attached" 'qpwatch_hook_attached')))"
+log "$(metric "$attached" 'qpwatch_hook_attached') hooks attached after modprobe"
 
 # rxe0's link brings up its GSI QP (QP1) in the kernel: ib_mad → ib_create_qp_kernel.
 rdma link add rxe0 type rxe netdev qpw0

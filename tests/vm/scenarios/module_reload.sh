@@ -25,11 +25,11 @@ start_agent --module-poll-interval 1
 all_attached() {
   local s
   s=$(scrape hooks)
-  [ "$(series_count "$s" 'qpwatch_probe_attached')" -gt 0 ] &&
-    [ "$(metric "$s" 'qpwatch_probe_attached')" -eq "$(series_count "$s" 'qpwatch_probe_attached')" ]
+  [ "$(series_count "$s" 'qpwatch_hook_attached')" -gt 0 ] &&
+    [ "$(metric "$s" 'qpwatch_hook_attached')" -eq "$(series_count "$s" 'qpwatch_hook_attached')" ]
 }
 wait_until 60 all_attached || fail "not every hook attached: $(grep -c ' 0$' "$OUT/hooks.prom") detached"
-hooks=$(metric "$OUT/hooks.prom" 'qpwatch_probe_attached')
+hooks=$(metric "$OUT/hooks.prom" 'qpwatch_hook_attached')
 log "$hooks hooks attached"
 with=$(refcounts)
 log "refcounts with the agent: $with"
@@ -43,22 +43,22 @@ done
 for m in $stack; do [ ! -d "/sys/module/$m" ] || fail "$m still loaded"; done
 log "RDMA stack unloaded under the agent"
 
-detached() { [ "$(metric "$(scrape gone)" 'qpwatch_probe_attached')" -eq 0 ]; }
+detached() { [ "$(metric "$(scrape gone)" 'qpwatch_hook_attached')" -eq 0 ]; }
 wait_until 30 detached || fail "hooks still shown attached with the stack gone"
 kill -0 "$AGENT_PID" || fail "agent exited"
 curl -fsS "http://$AGENT_ADDR/healthz" -o /dev/null || fail "/healthz not 200 with the stack gone"
 assert_eq "/readyz with the stack gone" 503 "$(curl -s -o /dev/null -w '%{http_code}' "http://$AGENT_ADDR/readyz")"
-assert_eq "hooks attached with the stack gone" 0 "$(metric "$OUT/gone.prom" 'qpwatch_probe_attached')"
-assert_eq "hooks listed with the stack gone" "$hooks" "$(series_count "$OUT/gone.prom" 'qpwatch_probe_attached')"
+assert_eq "hooks attached with the stack gone" 0 "$(metric "$OUT/gone.prom" 'qpwatch_hook_attached')"
+assert_eq "hooks listed with the stack gone" "$hooks" "$(series_count "$OUT/gone.prom" 'qpwatch_hook_attached')"
 for i in ib_core rdma_cm; do
   grep -q "module unloaded: detaching its hooks instance=\"$i\"" "$OUT/agent.log" || fail "the log does not say why the $i hooks went"
 done
 
 restore_rxe
 wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null || fail "not ready after the stack came back"
-wait_until 60 all_attached || fail "not every hook re-attached: $(metric "$OUT/hooks.prom" 'qpwatch_probe_attached') of $hooks"
+wait_until 60 all_attached || fail "not every hook re-attached: $(metric "$OUT/hooks.prom" 'qpwatch_hook_attached') of $hooks"
 back=$(scrape back)
-assert_eq "hooks attached after the reload" "$hooks" "$(metric "$back" 'qpwatch_probe_attached')"
+assert_eq "hooks attached after the reload" "$hooks" "$(metric "$back" 'qpwatch_hook_attached')"
 
 rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
 server=$!
@@ -85,7 +85,7 @@ assert_eq "module refcounts after the agent stopped" "$without" "$(refcounts)"
 # per ib_cma:* tracepoint attached, and none left when the agent stops.
 start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints
 wait_until 60 all_attached || fail "not every hook attached with ib-cm-tracepoints"
-tracepoints=$(series_count "$OUT/hooks.prom" 'qpwatch_probe_attached' | awk -v h="$hooks" '{ print $1 - h }')
+tracepoints=$(series_count "$OUT/hooks.prom" 'qpwatch_hook_attached' | awk -v h="$hooks" '{ print $1 - h }')
 pinned=$(refcounts)
 log "refcounts with ib-cm-tracepoints ($tracepoints tracepoints): $pinned"
 ib_cm_refs() { sed 's/.*ib_cm=\([0-9]*\) .*/\1/' <<<"$1"; }

@@ -55,7 +55,7 @@ log "ok: READY=1 and WATCHDOG=1 received"
 [ "$(stat -c %U "/proc/$AGENT_PID")" = nobody ] || fail "agent not running as nobody"
 grep -q "reconciled existing QPs adopted=1" "$OUT/agent.log" || fail "netlink reconcile did not adopt rxe0's GSI QP"
 base=$(scrape base)
-assert_eq "hooks not attached" 0 "$(metric "$base" 'qpwatch_probe_attached' | awk -v n="$(series_count "$base" 'qpwatch_probe_attached')" '{print n - $1}')"
+assert_eq "hooks not attached" 0 "$(metric "$base" 'qpwatch_hook_attached' | awk -v n="$(series_count "$base" 'qpwatch_hook_attached')" '{print n - $1}')"
 rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
 sleep 1
 rping -c -a "$RXE_ADDR" -C 3 >"$OUT/rping-client.log" 2>&1 || fail "rping failed"

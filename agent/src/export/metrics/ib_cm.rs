@@ -4,6 +4,8 @@
 //! (drivers/infiniband/core/cm.c, `cm_counter_groups`). Read at each scrape:
 //! nothing is attached to ib_cm, so it stays free to unload, and a device
 //! that goes away takes its series with it.
+//!
+//! The daemon registers it with [`super::Metrics::register_ib_cm_counters`].
 
 use std::{
     collections::BTreeMap,

@@ -1,0 +1,167 @@
+//! The Prometheus metrics qpwatch exports, one file per family group, and
+//! the [`Observer`] that feeds them.
+//!
+//! Each family group registers itself through a [`Registrar`] and offers
+//! typed methods; [`Metrics`] owns the groups and the registry and
+//! dispatches each [`Observation`] to its group.
+//!
+//! Label values are bounded: device names (capped by the correlator), QP types,
+//! QP states and errno names from fixed tables. No qp_num, pid or address labels.
+
+mod buckets;
+mod build_info;
+pub mod cm;
+pub mod events;
+pub mod hooks;
+pub mod ib_cm;
+pub mod limits;
+pub mod probes;
+mod process;
+pub mod qp;
+mod registrar;
+pub mod responder;
+
+use std::path::PathBuf;
+
+use prometheus::Registry;
+
+pub use buckets::{
+    Buckets, CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS, PROBE_RTT_BUCKETS,
+    PROBE_SKEW_BUCKETS,
+};
+pub use cm::CM_ERROR_EVENTS;
+pub use registrar::Registrar;
+
+use crate::model::qp::{Observation, Observer};
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// Names of the registered families, in registration order.
+    families: Vec<String>,
+    pub qp: qp::QpMetrics,
+    pub cm: cm::CmMetrics,
+    pub events: events::EventMetrics,
+    pub limits: limits::LimitMetrics,
+    pub hooks: hooks::HookMetrics,
+    pub probes: probes::ProbeMetrics,
+    pub responder: responder::ResponderMetrics,
+}
+
+impl Metrics {
+    /// Every family but the IB CM counters (see
+    /// [`Metrics::register_ib_cm_counters`]); `kernel` is the running
+    /// kernel's release, for `qpwatch_build_info`.
+    pub fn new(buckets: &Buckets, kernel: &str) -> Self {
+        let registry = Registry::new();
+        let mut families = Vec::new();
+        let mut r = Registrar::new(&registry, &mut families);
+        build_info::register(&mut r, kernel);
+        process::register(&mut r);
+        let qp = qp::QpMetrics::new(&mut r, buckets);
+        let cm = cm::CmMetrics::new(&mut r, buckets);
+        let events = events::EventMetrics::new(&mut r);
+        let limits = limits::LimitMetrics::new(&mut r);
+        let hooks = hooks::HookMetrics::new(&mut r);
+        let probes = probes::ProbeMetrics::new(&mut r, buckets);
+        let responder = responder::ResponderMetrics::new(&mut r);
+        Metrics {
+            registry,
+            families,
+            qp,
+            cm,
+            events,
+            limits,
+            hooks,
+            probes,
+            responder,
+        }
+    }
+
+    /// Adds ib_cm's per-port message counters, read from sysfs under `dir`
+    /// (normally [`ib_cm::SYSFS_DIR`]) at each scrape.
+    pub fn register_ib_cm_counters(
+        &mut self,
+        dir: impl Into<PathBuf>,
+        max_devices: usize,
+    ) -> prometheus::Result<()> {
+        Registrar::new(&self.registry, &mut self.families)
+            .try_register(Box::new(ib_cm::IbCmCounters::new(dir, max_devices)))
+    }
+
+    /// The names of the registered metric families (`process_*` included).
+    pub fn families(&self) -> &[String] {
+        &self.families
+    }
+}
+
+impl Observer for Metrics {
+    fn observe(&mut self, observation: Observation) {
+        match observation {
+            Observation::Created {
+                device,
+                qp_type,
+                origin,
+                comm,
+                duration,
+            } => self.qp.created(&device, qp_type, origin, &comm, duration),
+            Observation::CreateFailed {
+                device,
+                origin,
+                errno,
+            } => self.qp.create_failed(&device, origin, errno),
+            Observation::Transition { from, to, duration } => {
+                self.qp.transition(from, to, duration)
+            }
+            Observation::ModifyFailed { to, errno } => self.qp.modify_failed(to, errno),
+            Observation::Dwell { state, duration } => self.qp.dwell(state, duration),
+            Observation::TimeToRts { duration } => self.qp.time_to_rts(duration),
+            Observation::Destroyed {
+                device,
+                qp_type,
+                lifetime,
+            } => self.qp.destroyed(&device, qp_type, lifetime),
+            Observation::DestroyFailed { errno } => self.qp.destroy_failed(errno),
+            Observation::LiveQps {
+                device,
+                qp_type,
+                state,
+                delta,
+            } => self.qp.live(&device, qp_type, state, delta),
+            Observation::Untracked { kind } => self.events.untracked(kind),
+            Observation::InvalidState => self.events.invalid_state(),
+            Observation::Evicted => self.limits.evicted(),
+            Observation::LabelOverflow { label } => self.limits.label_overflow(label),
+            Observation::LiveCmIds { state, delta } => self.cm.live_ids(&state, delta),
+            Observation::CmEvent {
+                event,
+                status,
+                duration,
+                result: _,
+            } => self.cm.event(event, &status, duration),
+            Observation::CmConnect { role, duration } => self.cm.connect(role, duration),
+            Observation::CmAddrResolved { duration } => self.cm.addr_resolved(duration),
+            Observation::CmRouteResolved { duration } => self.cm.route_resolved(duration),
+            Observation::CmHandler {
+                handler,
+                event,
+                duration,
+            } => self.cm.handler(handler, &event, duration),
+            Observation::CmCall { call, duration, rc } => self.cm.call(call, duration, rc),
+        }
+    }
+
+    fn tracked_qps(&mut self, count: usize) {
+        self.limits.tracked_qps(count);
+    }
+}
+
+/// Renders the registry in the Prometheus text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::with_capacity(32 * 1024);
+    crate::export::exposition::encode(&registry.gather(), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests;

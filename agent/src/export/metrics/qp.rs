@@ -1,0 +1,173 @@
+//! The QP lifecycle: creations, transitions, destroys, their errors and
+//! latencies, and the live QPs by state.
+
+use std::time::Duration;
+
+use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGaugeVec};
+use qpwatch_common::QpOrigin;
+
+use super::{Buckets, Registrar};
+use crate::kernel::rdma::{errno_label, QpState, QpType};
+
+#[derive(Clone)]
+pub struct QpMetrics {
+    created: IntCounterVec,
+    created_by_process: IntCounterVec,
+    create_errors: IntCounterVec,
+    create_duration: HistogramVec,
+    transition_duration: HistogramVec,
+    state_dwell: HistogramVec,
+    time_to_rts: Histogram,
+    lifetime: Histogram,
+    modify_errors: IntCounterVec,
+    destroyed: IntCounterVec,
+    destroy_errors: IntCounterVec,
+    live: IntGaugeVec,
+}
+
+fn origin_label(origin: QpOrigin) -> &'static str {
+    match origin {
+        QpOrigin::User => "user",
+        QpOrigin::Kernel => "kernel",
+    }
+}
+
+impl QpMetrics {
+    pub fn new(r: &mut Registrar, buckets: &Buckets) -> Self {
+        Self {
+            created: r.counter_vec(
+                "qpwatch_qp_created_total",
+                "QPs created successfully.",
+                &["device", "qp_type", "origin"],
+            ),
+            created_by_process: r.counter_vec(
+                "qpwatch_qp_created_by_process_total",
+                "QPs created, by the creating task's name (first max_process_labels names; the rest are \"other\").",
+                &["comm"],
+            ),
+            create_errors: r.counter_vec(
+                "qpwatch_qp_create_errors_total",
+                "QP creations that failed, by errno.",
+                &["device", "origin", "errno"],
+            ),
+            create_duration: r.histogram_vec(
+                "qpwatch_qp_create_duration_seconds",
+                "Duration of the kernel's QP create call (ib_create_qp_user / ib_create_qp_kernel).",
+                &["device", "origin"],
+                &buckets.call_latency,
+            ),
+            transition_duration: r.histogram_vec(
+                "qpwatch_qp_transition_duration_seconds",
+                "Duration of successful state-changing modify calls (_ib_modify_qp), by edge.",
+                &["from", "to"],
+                &buckets.call_latency,
+            ),
+            state_dwell: r.histogram_vec(
+                "qpwatch_qp_state_dwell_seconds",
+                "Time QPs spent in a state before the next transition or destroy.",
+                &["state"],
+                &buckets.dwell,
+            ),
+            time_to_rts: r.histogram(
+                "qpwatch_qp_time_to_rts_seconds",
+                "Time from the end of QP creation to the end of its first transition into RTS.",
+                &buckets.dwell,
+            ),
+            lifetime: r.histogram(
+                "qpwatch_qp_lifetime_seconds",
+                "Time from the end of QP creation to the end of its destruction.",
+                &buckets.lifetime,
+            ),
+            modify_errors: r.counter_vec(
+                "qpwatch_qp_modify_errors_total",
+                "Modify calls that failed, by requested state and errno.",
+                &["to", "errno"],
+            ),
+            destroyed: r.counter_vec(
+                "qpwatch_qp_destroyed_total",
+                "QPs destroyed successfully.",
+                &["device", "qp_type"],
+            ),
+            destroy_errors: r.counter_vec(
+                "qpwatch_qp_destroy_errors_total",
+                "QP destroys that failed (e.g. EBUSY while still attached), by errno.",
+                &["errno"],
+            ),
+            live: r.gauge_vec(
+                "qpwatch_qps",
+                "Live QPs by device, type and current state.",
+                &["device", "qp_type", "state"],
+            ),
+        }
+    }
+
+    pub fn created(
+        &self,
+        device: &str,
+        qp_type: QpType,
+        origin: QpOrigin,
+        comm: &str,
+        duration: Duration,
+    ) {
+        let origin = origin_label(origin);
+        self.created
+            .with_label_values(&[device, qp_type.label(), origin])
+            .inc();
+        self.created_by_process.with_label_values(&[comm]).inc();
+        self.create_duration
+            .with_label_values(&[device, origin])
+            .observe(duration.as_secs_f64());
+    }
+
+    pub fn create_failed(&self, device: &str, origin: QpOrigin, errno: i32) {
+        self.create_errors
+            .with_label_values(&[device, origin_label(origin), errno_label(errno)])
+            .inc();
+    }
+
+    /// `from` is `None` when the QP's previous state is unknown.
+    pub fn transition(&self, from: Option<QpState>, to: QpState, duration: Duration) {
+        self.transition_duration
+            .with_label_values(&[from.map_or("unknown", |s| s.label()), to.label()])
+            .observe(duration.as_secs_f64());
+    }
+
+    /// `to` is `None` for a modify that did not ask for a new state.
+    pub fn modify_failed(&self, to: Option<QpState>, errno: i32) {
+        self.modify_errors
+            .with_label_values(&[to.map_or("unchanged", |s| s.label()), errno_label(errno)])
+            .inc();
+    }
+
+    pub fn dwell(&self, state: QpState, duration: Duration) {
+        self.state_dwell
+            .with_label_values(&[state.label()])
+            .observe(duration.as_secs_f64());
+    }
+
+    pub fn time_to_rts(&self, duration: Duration) {
+        self.time_to_rts.observe(duration.as_secs_f64());
+    }
+
+    /// `lifetime` is `None` for QPs created before the agent saw them.
+    pub fn destroyed(&self, device: &str, qp_type: QpType, lifetime: Option<Duration>) {
+        self.destroyed
+            .with_label_values(&[device, qp_type.label()])
+            .inc();
+        if let Some(lifetime) = lifetime {
+            self.lifetime.observe(lifetime.as_secs_f64());
+        }
+    }
+
+    pub fn destroy_failed(&self, errno: i32) {
+        self.destroy_errors
+            .with_label_values(&[errno_label(errno)])
+            .inc();
+    }
+
+    pub fn live(&self, device: &str, qp_type: QpType, state: QpState, delta: i64) {
+        self.live
+            .with_label_values(&[device, qp_type.label(), state.label()])
+            .add(delta);
+    }
+}

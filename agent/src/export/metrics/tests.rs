@@ -1,0 +1,313 @@
+//! Tests of the families through [`Metrics`]: observations in, exposition out.
+
+use super::*;
+use crate::kernel::rdma::{QpState, QpType};
+use qpwatch_common::QpOrigin;
+use std::{sync::Arc, time::Duration};
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn observations_land_in_the_exposition() {
+    let mut m = Metrics::new(&Buckets::default(), "6.1.0-test");
+    m.observe(Observation::Created {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        origin: QpOrigin::User,
+        comm: Arc::from("rping"),
+        duration: Duration::from_micros(30),
+    });
+    m.observe(Observation::Transition {
+        from: Some(QpState::Reset),
+        to: QpState::Init,
+        duration: Duration::from_micros(3),
+    });
+    m.observe(Observation::LiveQps {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        state: QpState::Init,
+        delta: 1,
+    });
+    m.observe(Observation::ModifyFailed {
+        to: None,
+        errno: -22,
+    });
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_created_total{device="rxe0",origin="user",qp_type="RC"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_transition_duration_seconds_count{from="RESET",to="INIT"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_transition_duration_seconds_bucket{from="RESET",to="INIT",le="0.000005"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qps{device="rxe0",qp_type="RC",state="INIT"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_modify_errors_total{errno="EINVAL",to="unchanged"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(
+                r#"qpwatch_build_info{{dirty="{}",kernel="6.1.0-test",revision="{}",version="0.1.0"}}"#,
+                env!("QPWATCH_GIT_DIRTY"),
+                env!("QPWATCH_GIT_REVISION")
+            )
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn the_process_collector_is_registered() {
+    let m = Metrics::new(&Buckets::default(), "k");
+    let text = render(&m.registry);
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+    ] {
+        assert!(text.contains(&format!("\n{name} ")), "{name} missing");
+    }
+}
+
+#[test]
+fn lost_events_add_up() {
+    let m = Metrics::new(&Buckets::default(), "k");
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+        ),
+        Some(0.0),
+        "exported at zero from the start"
+    );
+    m.events.add_lost([5, 0, 1, 0, 0]);
+    m.events.add_lost([2, 0, 0, 0, 0]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="ring_buffer_full"}"#
+        ),
+        Some(7.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_events_lost_total{reason="unmatched_return"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn process_and_cm_error_counters() {
+    let mut m = Metrics::new(&Buckets::default(), "k");
+    m.observe(Observation::Created {
+        device: Arc::from("rxe0"),
+        qp_type: QpType::Rc,
+        origin: QpOrigin::Kernel,
+        comm: Arc::from("kworker/u4:1"),
+        duration: Duration::from_micros(30),
+    });
+    for event in ["REJECTED", "ESTABLISHED"] {
+        m.observe(Observation::CmEvent {
+            event,
+            status: Arc::from("0"),
+            duration: Duration::from_micros(5),
+            result: 0,
+        });
+    }
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_created_by_process_total{comm="kworker/u4:1"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_cm_errors_total{event="REJECTED"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_cm_errors_total{event="ESTABLISHED"}"#),
+        None
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_cm_events_total{event="ESTABLISHED",status="0"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn hook_statuses_are_exported_per_hook() {
+    use crate::kernel::hooks::HookStatus;
+    let m = Metrics::new(&Buckets::default(), "k");
+    let status = |hook: &str, status| (hook.to_owned(), status);
+    m.hooks.set_statuses(&[
+        status("kprobe:_ib_modify_qp", HookStatus::Attached),
+        status("kprobe:rdma_listen", HookStatus::Detached("gone".into())),
+    ]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_hook_attached{hook="kprobe:_ib_modify_qp"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_hook_attached{hook="kprobe:rdma_listen"}"#),
+        Some(0.0)
+    );
+    // a group switched off: its hooks' series go away
+    m.hooks
+        .set_statuses(&[status("kprobe:rdma_listen", HookStatus::Disabled)]);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(&text, r#"qpwatch_hook_attached{hook="kprobe:rdma_listen"}"#),
+        None
+    );
+    assert!(!text.contains("qpwatch_probe_attached"));
+}
+
+// README.md and the registry agree.
+
+const README: &str = include_str!("../../../../README.md");
+
+/// Every family, the IB CM counters (registered by the daemon, not by
+/// `Metrics::new`) included.
+fn all_families() -> Vec<String> {
+    let mut m = Metrics::new(&Buckets::default(), "k");
+    m.register_ib_cm_counters("/nonexistent", 1)
+        .expect("registered once");
+    m.families().to_vec()
+}
+
+/// The README's `## Metrics` section, up to the next `## ` heading.
+fn metrics_section() -> &'static str {
+    let start = README
+        .find("\n## Metrics\n")
+        .expect("README.md has a ## Metrics section")
+        + 1;
+    let end = README[start + 1..]
+        .find("\n## ")
+        .map_or(README.len(), |i| start + 1 + i);
+    &README[start..end]
+}
+
+/// The `qpwatch_*` names in `text`, each with whether it is a prefix (it
+/// ends in `_`, or a `*` follows: `qpwatch_bpf_program_*`). Recording rules
+/// (`instance:qpwatch_...:rate5m`, `qpwatch:...`) are not metric names.
+fn mentioned(text: &str) -> Vec<(&str, bool)> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("qpwatch_") {
+        let start = from + i;
+        let end = text[start..]
+            .find(|c: char| !is_name(c))
+            .map_or(text.len(), |j| start + j);
+        from = end;
+        let before = text[..start].chars().next_back();
+        if before.is_some_and(|c| is_name(c) || c == ':') || text[end..].starts_with(':') {
+            continue;
+        }
+        let name = &text[start..end];
+        names.push((name, name.ends_with('_') || text[end..].starts_with('*')));
+    }
+    names
+}
+
+#[test]
+fn every_metric_the_readme_names_is_registered() {
+    let families = all_families();
+    let registered = |name: &str| families.iter().any(|f| f == name);
+    let unknown: Vec<&str> = mentioned(README)
+        .into_iter()
+        .filter(|&(name, prefix)| {
+            if prefix {
+                return !families.iter().any(|f| f.starts_with(name));
+            }
+            // a histogram's series
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name);
+            !registered(name) && !registered(base)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "README.md names metrics that are not registered: {unknown:?}"
+    );
+}
+
+#[test]
+fn every_registered_family_has_a_row_in_the_readme_metrics_table() {
+    // first cells of the section's table rows: "| `qpwatch_qps` | gauge ..."
+    let rows: Vec<&str> = metrics_section()
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split('`').next())
+        .collect();
+    let missing: Vec<String> = all_families()
+        .into_iter()
+        .filter(|family| {
+            !rows.iter().any(|row| match row.strip_suffix('*') {
+                Some(prefix) => family.starts_with(prefix),
+                None => row == family,
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "registered, but without a row in README.md's Metrics table: {missing:?}"
+    );
+}
+
+#[test]
+fn the_readme_scan_finds_names_prefixes_and_skips_recording_rules() {
+    let text = "`qpwatch_qps{state}` and `qpwatch_bpf_program_*`, the `qpwatch_` prefix, \
+                `instance:qpwatch_qp_created:rate5m`, `qpwatch:x`, myqpwatch_y";
+    assert_eq!(
+        mentioned(text),
+        [
+            ("qpwatch_qps", false),
+            ("qpwatch_bpf_program_", true),
+            ("qpwatch_", true)
+        ]
+    );
+}
