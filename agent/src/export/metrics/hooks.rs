@@ -25,7 +25,7 @@ impl HookMetrics {
             ),
             tracepoint_hits: r.counter_vec(
                 "qpwatch_tracepoint_hits_total",
-                "Hits of the rdma_cma:* and ib_cma:* tracepoints qpwatch attaches to.",
+                "Hits of the ib_cma:* tracepoints (the opt-in ib-cm-tracepoints group).",
                 &["tracepoint"],
             ),
             bpf_run_seconds: r.float_counter_vec(
