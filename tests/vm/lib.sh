@@ -1,10 +1,20 @@
-# Helpers for guest scenarios. Sourced by tests/vm/guest.sh before each scenario.
-# Every scenario runs with: set -euo pipefail, $REPO (repository root),
-# $OUT (this scenario's output directory), $BIN (release binaries).
+# The VM test bed's one library: every helper of the guest scenarios
+# (tests/vm/scenarios/*.sh) and of the benchmarks' guest halves
+# (tests/vm/bench/*.sh). tests/vm/guest.sh sources it before each of them;
+# it sources its topic files from tests/vm/lib/ (rdma-probe, qp-churn and
+# benchmark figures). Every scenario runs with: set -euo pipefail, $REPO
+# (repository root), $OUT (this scenario's output directory), $BIN (release
+# binaries).
+# shellcheck shell=bash
+# shellcheck source-path=SCRIPTDIR
+[ -z "${QPWATCH_VM_LIB:-}" ] || return 0 # sourced once: a second time would reset ON_EXIT
+QPWATCH_VM_LIB=1
 
 AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
 RXE_ADDR=198.18.0.1
 AGENT_PID=
+
+# --- basics
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -12,6 +22,50 @@ fail() {
   log "FAIL: $*"
   exit 1
 }
+
+assert_eq() {
+  local what=$1 expected=$2 actual=$3
+  if [ "$expected" != "$actual" ]; then
+    fail "$what: expected $expected, got $actual"
+  fi
+  log "ok: $what = $actual"
+}
+
+# expect_json FILE, then lines "label :: expected :: jq filter" on stdin:
+# evaluates every filter in ONE jq run (each jq start costs seconds under
+# TCG) and asserts each result.
+expect_json() {
+  local file=$1 line labels=() wanted=() prog='' i=0 rest results=()
+  while IFS= read -r line; do
+    [ -z "${line// /}" ] && continue
+    labels+=("${line%% :: *}")
+    rest=${line#* :: }
+    wanted+=("${rest%% :: *}")
+    prog+="([${rest#* :: }] | if length == 1 then .[0] else . end | tostring),"
+  done
+  mapfile -t results < <(jq -r "${prog%,}" "$file") || fail "jq failed on $file"
+  for ((i = 0; i < ${#labels[@]}; i++)); do
+    assert_eq "${labels[i]}" "${wanted[i]}" "${results[i]-<none>}"
+  done
+}
+
+# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
+# (a deadline, not a retry count: commands are slow under emulation).
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  while :; do
+    "$@" && return 0
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+
+# on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
+ON_EXIT=()
+on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
+
+# --- the agent
 
 # start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
 start_agent() {
@@ -45,6 +99,15 @@ stop_agent() {
   [ "$rc" -eq 0 ] || fail "agent exited with $rc on SIGTERM"
 }
 
+# capset "CAP_BPF CAP_PERFMON": "-all,+bpf,+perfmon", for setpriv.
+capset() {
+  local out=-all c
+  for c in $1; do c=${c#CAP_} && out+=",+${c,,}"; done
+  echo "$out"
+}
+
+# --- the agent's metrics
+
 # scrape NAME: saves /metrics to $OUT/NAME.prom and prints the path.
 scrape() {
   local file="$OUT/$1.prom"
@@ -61,12 +124,14 @@ series_count() { awk -v sel="$2" -v mode=count -f "$REPO/tests/vm/promtext.awk" 
 # delta BEFORE AFTER SELECTOR
 delta() { echo $(($(metric "$2" "$3") - $(metric "$1" "$3"))); }
 
-assert_eq() {
-  local what=$1 expected=$2 actual=$3
-  if [ "$expected" != "$actual" ]; then
-    fail "$what: expected $expected, got $actual"
-  fi
-  log "ok: $what = $actual"
+# qp_events FILE: events received of the three QP kinds (a scrape file).
+qp_events() {
+  echo $(($(metric "$1" 'qpwatch_events_total{kind="qp_create"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_modify"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_destroy"}')))
+}
+
+# negative_gauges FILE: number of qpwatch_qps series below zero.
+negative_gauges() {
+  awk '/^qpwatch_qps\{/ && $NF + 0 < 0 { n++ } END { print n + 0 }' "$1"
 }
 
 # wait_for_metric SELECTOR EXPECTED [TIMEOUT_S]: polls until the sum equals
@@ -98,10 +163,33 @@ wait_for_metric_at_least() {
   return 1
 }
 
-# rdma_qps JQ_FILTER: number of QPs in `rdma -j res show qp` matching a jq select.
-rdma_qps() {
-  rdma -j res show qp | jq "[.[] | select($1)] | length"
+# --- the kernel's RDMA resources (`rdma res show`)
+
+# res_count KIND [JQ_SELECT]: entries of `rdma -j res show KIND` (qp, mr,
+# cm_id), all or those matching a jq select.
+res_count() {
+  rdma -j res show "$1" | jq "[.[] | select(${2:-true})] | length"
 }
+
+# res_counts [JQ_SELECT]: "qp=N mr=N cm_id=N" (one jq run for all three).
+res_counts() {
+  { rdma -j res show qp; rdma -j res show mr; rdma -j res show cm_id; } |
+    jq -rs "map([.[] | select(${1:-true})] | length) | \"qp=\(.[0]) mr=\(.[1]) cm_id=\(.[2])\""
+}
+
+# wait_res_baseline WHAT EXPECTED [JQ_SELECT]: polls until res_counts equals EXPECTED.
+wait_res_baseline() {
+  local what=$1 expected=$2 sel=${3:-true} actual=
+  for _ in $(seq 1 100); do
+    actual=$(res_counts "$sel")
+    [ "$actual" = "$expected" ] && { log "ok: $what: $actual"; return 0; }
+    sleep 0.1
+  done
+  rdma res show qp >&2; rdma res show cm_id >&2
+  fail "$what: expected $expected, got $actual"
+}
+
+# --- rping traffic over rxe0
 
 # start_rping_traffic: a persistent rping server and clients connecting to it
 # over and over (20 pings each) until the scenario ends; their PIDs are in
@@ -114,26 +202,17 @@ start_rping_traffic() {
   on_exit "kill $RPING_TRAFFIC"
 }
 
-# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
-# (a deadline, not a retry count: commands are slow under emulation).
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while :; do
-    "$@" && return 0
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-
-# on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
-ON_EXIT=()
-on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
+# shellcheck source=lib/probe.sh
+source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
+# shellcheck source=lib/load.sh
+source "${BASH_SOURCE[0]%/*}/lib/load.sh"
 
 cleanup_scenario() {
   local cmd
   for cmd in "${ON_EXIT[@]}"; do eval "$cmd" >/dev/null 2>&1 || true; done
+  if [ -n "$RESPONDER_PID" ]; then kill -9 "$RESPONDER_PID" 2>/dev/null || true; fi
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
   pkill -x rping 2>/dev/null || true
+  pkill -x rdma-probe 2>/dev/null || true
 }
 trap cleanup_scenario EXIT

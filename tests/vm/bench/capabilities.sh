@@ -7,11 +7,6 @@
 # reconcile, and a synthetic probe over rxe0 (MR registration, rdma_cm).
 # CAP_SWEEP=0 skips the sweep and runs only the minimal sets and the unit's.
 candidates="CAP_SYS_ADMIN CAP_BPF CAP_PERFMON CAP_NET_ADMIN CAP_IPC_LOCK"
-capset() {
-  local out=-all c
-  for c in $1; do out+=",+$(echo "${c#CAP_}" | tr 'A-Z' 'a-z')"; done
-  echo "$out"
-}
 table=$OUT/capabilities.md
 printf '| paranoid | capabilities | ready | hooks attached | reconcile | probe ok |\n|---|---|---|---|---|---|\n' >"$table"
 row() { # PARANOID "CAPS"

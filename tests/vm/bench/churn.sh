@@ -17,15 +17,12 @@
 # ring it could not read for a while), /metrics scrape time with HOLD QPs open,
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
 # vm-timeout: 2400
-source "$REPO/tests/vm/bench/load_lib.sh"
 ROUNDS=${BENCH_ROUNDS:-5}
 LC=${BENCH_LIFECYCLES:-1000}
 RAMP_LC=${BENCH_RAMP_LIFECYCLES:-2500}
 HOLD=${BENCH_HOLD:-10000}
-summary=$OUT/summary.txt table=$OUT/table.md
-: >"$summary"
+table=$OUT/table.md
 : >"$table"
-say() { echo "$*" | tee -a "$summary" >&2; }
 row() { echo "$*" >>"$table"; }
 OPS=(create modify_init modify_rtr modify_rts destroy)
 

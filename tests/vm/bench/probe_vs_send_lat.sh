@@ -12,13 +12,9 @@
 # Under TCG the figures move with whatever else the host runs, so the tools
 # run interleaved, ROUNDS times, and each round's ratio is printed next to the
 # ratio of the best medians.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 SIZE=${BENCH_SIZE:-64}
 ITERS=${BENCH_ITERS:-3000}
 ROUNDS=${BENCH_ROUNDS:-3}
-summary=$OUT/summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary" >&2; }
 
 listening_comm() { [ "$(res_count cm_id ".state == \"LISTEN\" and .comm == \"$1\"")" -ge 1 ]; }
 
@@ -58,8 +54,6 @@ probe_median_rtt() {
   jq -r '.rtt.p50_ns / 1000 | . * 100 | round / 100' "$OUT/$1.json"
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
-min() { printf '%s\n' "$@" | sort -g | head -n1; }
 say "benchmark: $SIZE-byte SEND ping-pong over rxe0 (QEMU TCG guest), $ITERS iterations per run, $ROUNDS rounds"
 say "  (ib_send_lat reports RTT/2: its median RTT is 2 x t_typical)"
 lat=() busy=() events=()

@@ -3,9 +3,6 @@
 # agent logs how long detaching its hooks took: each perf kprobe's release
 # waits for RCU grace periods, serialised by the kernel).
 ROUNDS=${BENCH_ROUNDS:-3}
-summary=$OUT/summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary" >&2; }
 start_rping_traffic
 say "benchmark: SIGTERM to exit during rping traffic, QEMU TCG guest, $ROUNDS rounds per set"
 for groups in qp,cm,kernel-ulp qp; do
@@ -21,6 +18,5 @@ for groups in qp,cm,kernel-ulp qp; do
     exits+=($(((t1 - t0) / 1000000))) detaches+=("$detach")
     say "  groups=$groups round $r: exit ${exits[-1]} ms, of which detaching $hooks hooks $detach ms"
   done
-  median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   say "groups=$groups: median exit $(median "${exits[@]}") ms, median detach $(median "${detaches[@]}") ms ($hooks hooks)"
 done

@@ -7,7 +7,7 @@ listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN")]
 wait_until 20 listening || fail "rping server not listening"
 rping -c -a "$RXE_ADDR" >"$OUT/rping-client.log" 2>&1 &
 client=$!
-connected() { [ "$(rdma_qps '.comm == "rping" and .state == "RTS"')" -eq 2 ]; }
+connected() { [ "$(res_count qp '.comm == "rping" and .state == "RTS"')" -eq 2 ]; }
 wait_until 30 connected || fail "rping not connected"
 
 qps=$(rdma -j res show qp | jq length)
@@ -18,12 +18,12 @@ start_agent
 first=$(scrape first)
 assert_eq "live QPs on the first scrape" "$qps" "$(metric "$first" 'qpwatch_qps')"
 assert_eq "live RTS RC QPs" 2 "$(metric "$first" 'qpwatch_qps{qp_type="RC",state="RTS"}')"
-assert_eq "GSI QP, labelled by type" "$(rdma_qps '.type == "GSI"')" "$(metric "$first" 'qpwatch_qps{qp_type="GSI"}')"
+assert_eq "GSI QP, labelled by type" "$(res_count qp '.type == "GSI"')" "$(metric "$first" 'qpwatch_qps{qp_type="GSI"}')"
 assert_eq "live CM ids on the first scrape" "$cm_ids" "$(metric "$first" 'qpwatch_cm_ids')"
 assert_eq "listening CM ids" "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length')" "$(metric "$first" 'qpwatch_cm_ids{state="LISTEN"}')"
 
 kill -9 "$client" "$server"; wait "$client" "$server" 2>/dev/null || true
-gone() { [ "$(rdma_qps '.comm == "rping"')" -eq 0 ]; }
+gone() { [ "$(res_count qp '.comm == "rping"')" -eq 0 ]; }
 wait_until 30 gone || fail "kernel kept rping's QPs"
 wait_for_metric 'qpwatch_qps{qp_type="RC"}' 0 || fail "adopted QPs not removed on destroy"
 end=$(scrape end)

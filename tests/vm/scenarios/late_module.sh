@@ -65,6 +65,6 @@ done
 assert_eq "CONNECT_REQUEST events" 1 "$(metric "$end" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"
 assert_eq "ESTABLISHED events" 1 "$(metric "$end" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 assert_eq "live RC QPs" 0 "$(metric "$end" 'qpwatch_qps{device="rxe0",qp_type="RC"}')"
-assert_eq "live QPs (agent) vs rdma res show qp" "$(rdma_qps true)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
+assert_eq "live QPs (agent) vs rdma res show qp" "$(res_count qp)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
 assert_eq "lost events" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 stop_agent

@@ -7,7 +7,6 @@
 # is counted exactly again.
 # The agent runs with --groups qp (the ib_core QP hooks these QPs go through:
 # qp-churn uses no rdma_cm); it starts several times faster under emulation.
-source "$REPO/tests/vm/bench/load_lib.sh"
 start_agent --groups qp --ring-buffer-bytes 4096
 before=$(scrape before)
 on_exit "kill -CONT $AGENT_PID"

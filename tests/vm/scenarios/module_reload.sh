@@ -76,7 +76,7 @@ done
 assert_eq "CONNECT_REQUEST events" 1 "$(delta "$back" "$end" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"
 assert_eq "ESTABLISHED events" 1 "$(delta "$back" "$end" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 assert_eq "connect durations" 2 "$(delta "$back" "$end" 'qpwatch_cm_connect_duration_seconds_count')"
-assert_eq "live QPs (agent) vs rdma res show qp" "$(rdma_qps true)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
+assert_eq "live QPs (agent) vs rdma res show qp" "$(res_count qp)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
 assert_eq "events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 stop_agent
 assert_eq "module refcounts after the agent stopped" "$without" "$(refcounts)"

@@ -42,11 +42,11 @@ base=$(scrape base)
 assert_eq "rdma_listen calls of svcrdma's wildcard listeners (nested per device)" 4 "$(delta "$idle" "$base" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
 assert_eq "events lost while listening" 0 "$(metric "$base" 'qpwatch_events_lost_total')"
 
-kernel_rc_base=$(rdma_qps '.type == "RC"')
+kernel_rc_base=$(res_count qp '.type == "RC"')
 mount -t nfs4 -o proto=rdma,port=20049 198.18.0.1:/ "$MNT" || fail "NFS over RDMA mount failed"
 dd if=/dev/zero of="$MNT/file" bs=1M count=8 conv=fsync 2>"$OUT/dd.log" || fail "8 MiB write over NFS/RDMA failed"
 rdma res show qp >"$OUT/rdma-qp-mounted.txt"
-kernel_qps=$(( $(rdma_qps '.type == "RC"') - kernel_rc_base ))
+kernel_qps=$(( $(res_count qp '.type == "RC"') - kernel_rc_base ))
 assert_eq "RC QPs the kernel lists while mounted" 2 "$kernel_qps"
 wait_for_metric 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}' \
   $(( $(metric "$base" 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}') + kernel_qps )) ||
@@ -55,7 +55,7 @@ up=$(scrape mounted)
 assert_eq "kernel RC QPs created" 2 "$(delta "$base" "$up" 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}')"
 assert_eq "user QPs created" 0 "$(delta "$base" "$up" 'qpwatch_qp_created_total{origin="user"}')"
 assert_eq "rdma_create_qp calls" 2 "$(delta "$base" "$up" 'qpwatch_cm_call_duration_seconds_count{call="rdma_create_qp"}')"
-assert_eq "live RC QPs (agent) vs rdma res show qp" "$(rdma_qps '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
+assert_eq "live RC QPs (agent) vs rdma res show qp" "$(res_count qp '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
 assert_eq "live RTS RC QPs" 2 "$(( $(metric "$up" 'qpwatch_qps{qp_type="RC",state="RTS"}') - $(metric "$base" 'qpwatch_qps{qp_type="RC",state="RTS"}') ))"
 assert_eq "active connect durations (client, xprtrdma)" 1 "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
 assert_eq "passive connect durations (server, svcrdma)" 1 "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
@@ -67,7 +67,7 @@ assert_eq "ESTABLISHED (both sides: kernel consumers get it on the active side t
 assert_eq "CM errors" 0 "$(delta "$base" "$up" 'qpwatch_cm_errors_total')"
 
 umount "$MNT" || fail "umount failed"
-gone() { [ "$(rdma_qps '.type == "RC"')" -eq "$kernel_rc_base" ]; }
+gone() { [ "$(res_count qp '.type == "RC"')" -eq "$kernel_rc_base" ]; }
 wait_until 30 gone || fail "the kernel kept NFS/RDMA QPs after umount"
 wait_for_metric 'qpwatch_qps' "$(metric "$base" 'qpwatch_qps')" || fail "live-QP gauge not back to its value before the mount"
 wait_for_metric 'qpwatch_cm_ids' "$(metric "$base" 'qpwatch_cm_ids')" || fail "CM id gauge not back to its value before the mount"

@@ -51,14 +51,14 @@ connect_cycle() {
   local svcid=$1 base up end kernel_rc_base kernel_qps
   base=$(scrape "base-$svcid")
   on_exit "nvme disconnect -n $NQN"
-  kernel_rc_base=$(rdma_qps '.type == "RC"')
+  kernel_rc_base=$(res_count qp '.type == "RC"')
   nvme connect -t rdma -a "$RXE_ADDR" -s "$svcid" -n "$NQN" -i 1 \
     -q nqn.2026-12.io.qpwatch:host -I 3b6a8c0e-0d5e-4c8e-9a1a-6f1f0c2b9d11 >"$OUT/nvme-connect-$svcid.log" 2>&1 ||
     { cat "$OUT/nvme-connect-$svcid.log"; fail "nvme connect to port $svcid failed"; }
   wait_until 30 bash -c 'ls /sys/class/nvme/*/subsysnqn >/dev/null 2>&1' || fail "no NVMe controller (port $svcid)"
   rdma res show qp >"$OUT/rdma-qp-$svcid.txt"
   # host (nvme_rdma) and target (nvmet_rdma) QPs: admin + 1 I/O queue each side
-  kernel_qps=$(( $(rdma_qps '.type == "RC"') - kernel_rc_base ))
+  kernel_qps=$(( $(res_count qp '.type == "RC"') - kernel_rc_base ))
   log "port $svcid: rdma res show qp lists $kernel_qps new kernel RC QPs"
   [ "$kernel_qps" -ge 4 ] || fail "expected at least 4 NVMe-oF QPs, saw $kernel_qps"
   wait_until 30 bash -c 'ls /dev/nvme*n1 >/dev/null 2>&1' || fail "no NVMe namespace (port $svcid)"
@@ -76,7 +76,7 @@ connect_cycle() {
   assert_eq "$svcid: INIT→RTR transitions" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_qp_transition_duration_seconds_count{from="INIT",to="RTR"}')"
   assert_eq "$svcid: RTR→RTS transitions" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_qp_transition_duration_seconds_count{from="RTR",to="RTS"}')"
   assert_eq "$svcid: live RTS RC QPs" "$kernel_qps" "$(( $(metric "$up" 'qpwatch_qps{qp_type="RC",state="RTS"}') - $(metric "$base" 'qpwatch_qps{qp_type="RC",state="RTS"}') ))"
-  assert_eq "$svcid: live RC QPs (agent) vs rdma res show qp" "$(rdma_qps '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
+  assert_eq "$svcid: live RC QPs (agent) vs rdma res show qp" "$(res_count qp '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
   assert_eq "$svcid: passive connects (target side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
   assert_eq "$svcid: active connects (host side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
   assert_eq "$svcid: CONNECT_REQUEST events (target side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"

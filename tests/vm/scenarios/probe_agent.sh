@@ -34,7 +34,7 @@ write_config without-target
 kill -HUP "$AGENT_PID"
 wait_until 30 grep -q "SIGHUP: configuration reloaded" "$OUT/agent.log" || fail "no reload"
 wait_for_metric 'qpwatch_responder_active_connections' 0 30 || fail "responder connections still open"
-no_probe_qps() { [ "$(rdma_qps '.type == "RC"')" -eq 0 ]; }
+no_probe_qps() { [ "$(res_count qp '.type == "RC"')" -eq 0 ]; }
 wait_until 30 no_probe_qps || fail "probe QPs left behind"
 sleep 6 # the last probe's cross-check waits for its kernel events
 end=$(scrape end)

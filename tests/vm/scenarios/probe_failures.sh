@@ -3,7 +3,6 @@
 # or cm_id, exits with status 3 (probe failed) after SIGTERM ends its linger, and
 # that the system's QP/MR/cm_id counts return to the baseline.
 # Answers what rxe gives for "no responder": REJECTED (not UNREACHABLE).
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 base=$(res_counts)
 log "baseline: $base"
 T=2000

@@ -1,7 +1,6 @@
 # Fault injection after each probe step in turn (two probes per process):
 # every failure must free everything it had set up, in the still-running
 # probe process and on the responder, back to exact baseline counts.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 base=$(res_counts)
 log "baseline: $base"
 start_responder

@@ -1,7 +1,6 @@
 # rdma-probe over rxe0, responder and requester in the guest: K one-shot
 # probes of N pings each, then persistent mode; exact counts from the probe's
 # JSON, the responder's counters and the kernel's `rdma res` view.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 K=5
 N=10
 base=$(res_counts)

@@ -2,7 +2,6 @@
 # killed requester (kernel sends the DREQ) and a frozen one (no DREQ: only the
 # idle timeout frees it) must not disturb the others, and every connection's
 # resources are freed.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 base=$(res_counts)
 log "baseline: $base"
 start_responder --idle-timeout-ms 4000

@@ -42,9 +42,9 @@ server=$!
 wait_until 20 listening || fail "rping server not listening (phase 2)"
 rping -c -a "$RXE_ADDR" >"$OUT/rping-client2.log" 2>&1 &
 client=$!
-rts_rping() { [ "$(rdma_qps '.comm == "rping" and .state == "RTS"')" -ge 2 ]; }
+rts_rping() { [ "$(res_count qp '.comm == "rping" and .state == "RTS"')" -ge 2 ]; }
 wait_until 30 rts_rping || fail "rping QPs never reached RTS"
-seen=$(rdma_qps '.comm == "rping"')
+seen=$(res_count qp '.comm == "rping"')
 rdma res show qp >"$OUT/rdma-res-qp.txt"
 log "rdma res show qp lists $seen rping QPs while connected"
 mid=$(scrape phase2-connected)

@@ -15,11 +15,6 @@ memlock=$(sed -n 's/^LimitMEMLOCK=//p' "$unit")
 watchdog_s=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' "$unit")
 log "ExecStart=$exec_start; capabilities: $caps; LimitMEMLOCK=$memlock; WatchdogSec=${watchdog_s}s"
 
-capset() { # "CAP_BPF CAP_PERFMON" -> "-all,+bpf,+perfmon"
-  local out=-all c
-  for c in $1; do out+=",+$(echo "${c#CAP_}" | tr 'A-Z' 'a-z')"; done
-  echo "$out"
-}
 notify_dir=$(mktemp -d /tmp/qpwatch-notify.XXXXXX) # not on 9p: no sockets there
 chmod 755 "$notify_dir"                            # the agent runs as nobody
 NOTIFY=$notify_dir/notify.sock

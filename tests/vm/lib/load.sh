@@ -1,10 +1,9 @@
-# Helpers for the churn benchmark (tests/vm/bench/churn.sh) and the load_*
-# scenarios, sourced after tests/vm/lib.sh. Not a scenario itself.
+# Load and benchmark helpers of tests/vm/lib.sh (the load_* scenarios and the
+# benchmarks in tests/vm/bench/): the qp-churn generator, a process's CPU time
+# and memory, and figures. Sourced by tests/vm/lib.sh only.
+# shellcheck shell=bash
 
 CHURN=$BIN/qp-churn
-CLK_TCK=$(getconf CLK_TCK)
-# one QP lifecycle: create, modify INIT, RTR, RTS, destroy
-EVENTS_PER_LIFECYCLE=5
 
 # churn NAME [qp-churn flags...]: runs the generator to its end; its JSON
 # report is $OUT/NAME.json. Fails unless it exits 0 (no failed verbs call).
@@ -15,15 +14,15 @@ churn() {
   [ "$rc" -eq 0 ] || { cat "$OUT/$name.log" >&2; head -c 2000 "$OUT/$name.json" >&2; fail "$name: qp-churn exited $rc"; }
 }
 
+# wait_phase STATUS_FILE PHASE TIMEOUT_S: until qp-churn's status file says PHASE.
+wait_phase() {
+  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$1"
+}
+
 # counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"
 # of a qp-churn report or status file (one jq run: jq is slow under TCG).
 counts() {
   jq -r '.counts | "\(.create_calls) \(.modify_calls) \(.destroy_calls) \(.kernel_calls) \(.qps_created) \(.qps_destroyed) \(.create_failed + .modify_failed + .destroy_failed)"' "$1"
-}
-
-# wait_phase STATUS_FILE PHASE TIMEOUT_S: until qp-churn's status file says PHASE.
-wait_phase() {
-  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$1"
 }
 
 # cpu_ticks PID: user + system CPU time of a process, in clock ticks (CLK_TCK a second).
@@ -35,23 +34,10 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
 # ticks_to_s TICKS
-ticks_to_s() { awk -v t="$1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }'; }
+ticks_to_s() { awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'; }
 
 # status_kib PID FIELD: a /proc/PID/status field in KiB (VmRSS, VmHWM).
 status_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
-
-# qp_events FILE: events received of the three QP kinds (a scrape file).
-qp_events() {
-  echo $(($(metric "$1" 'qpwatch_events_total{kind="qp_create"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_modify"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_destroy"}')))
-}
-
-# negative_gauges FILE: number of qpwatch_qps series below zero.
-negative_gauges() {
-  awk '/^qpwatch_qps\{/ && $NF + 0 < 0 { n++ } END { print n + 0 }' "$1"
-}
-
-# rdma_live_qps [JQ_SELECT]: QPs the kernel lists (`rdma res show qp`).
-rdma_live_qps() { rdma -j res show qp | jq "[.[] | select(${1:-true})] | length"; }
 
 # qp_offsets AGENT_LOG: "QP_NUM DEVICE ATTR_STATE" byte offsets of
 # ib_qp.qp_num, ib_qp.device and ib_qp_attr.qp_state, as the agent read them
@@ -61,8 +47,14 @@ qp_offsets() {
     grep -xE '[0-9]+ [0-9]+ [0-9]+'
 }
 
+# say TEXT...: a line of a benchmark's figures, to stderr and $OUT/summary.txt.
+say() { echo "$*" | tee -a "$OUT/summary.txt" >&2; }
+
 # median VALUES...: the middle value (lower middle for an even count).
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# min VALUES...: the smallest value.
+min() { printf '%s\n' "$@" | sort -g | head -n1; }
 
 # ratio A B: A / B with three decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }

@@ -1,0 +1,54 @@
+# rdma-probe helpers of tests/vm/lib.sh (the probe_* scenarios and the
+# probe_vs_send_lat benchmark): a responder, probes that linger after their
+# result. Sourced by tests/vm/lib.sh only.
+# shellcheck shell=bash
+
+PROBE=$BIN/rdma-probe
+PROBE_PORT=${PROBE_PORT:-9723}
+RESPONDER_PID=
+
+# res_counts_plus_listener COUNTS: res_counts COUNTS with one more cm_id (a listener).
+res_counts_plus_listener() {
+  local qp mr cm
+  read -r qp mr cm <<<"$(sed 's/[a-z_]*=//g' <<<"$1")"
+  echo "qp=$qp mr=$mr cm_id=$((cm + 1))"
+}
+
+# start_responder [rdma-probe responder flags...]: listens on $RXE_ADDR:$PROBE_PORT.
+start_responder() {
+  "$PROBE" responder --listen "$RXE_ADDR:$PROBE_PORT" --json "$@" \
+    >"$OUT/responder.json" 2>>"$OUT/responder.log" &
+  RESPONDER_PID=$!
+  local listening=".pid == $RESPONDER_PID and .state == \"LISTEN\""
+  wait_until 30 bash -c "[ \"\$(rdma -j res show cm_id | jq '[.[] | select($listening)] | length')\" -eq 1 ]" ||
+    fail "responder not listening"
+  log "responder listening (pid $RESPONDER_PID)"
+}
+
+# stop_responder: SIGTERM, expect exit 0 and the counters on stdout.
+stop_responder() {
+  kill -TERM "$RESPONDER_PID"
+  local rc=0
+  wait "$RESPONDER_PID" || rc=$?
+  RESPONDER_PID=
+  [ "$rc" -eq 0 ] || fail "responder exited with $rc on SIGTERM"
+  jq -e . "$OUT/responder.json" >/dev/null || fail "responder printed no counters"
+}
+
+# probe_lingering NAME [rdma-probe probe flags...]: runs a probe that stays
+# alive after printing its JSON ($OUT/NAME.json), asserts that the live
+# process holds no QP, MR or cm_id any more, then stops it with SIGTERM and
+# leaves its exit status in $PROBE_RC.
+probe_lingering() {
+  local name=$1
+  shift
+  local json=$OUT/$name.json
+  "$PROBE" probe --json --linger-ms 120000 "$@" >"$json" 2>"$OUT/$name.log" &
+  local pid=$!
+  wait_until 120 bash -c "[ -s '$json' ] || ! kill -0 $pid 2>/dev/null" || fail "$name: no output"
+  kill -0 "$pid" 2>/dev/null || fail "$name: exited before lingering: $(cat "$OUT/$name.log")"
+  assert_eq "$name: RDMA resources of the live probe process" "qp=0 mr=0 cm_id=0" "$(res_counts ".pid == $pid")"
+  kill -TERM "$pid"
+  PROBE_RC=0
+  wait "$pid" || PROBE_RC=$?
+}
