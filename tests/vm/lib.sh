@@ -50,15 +50,34 @@ expect_json() {
 }
 
 # wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
-# (a deadline, not a retry count: commands are slow under emulation).
+# (a deadline, not a retry count: commands are slow under emulation), every
+# $WAIT_INTERVAL seconds (0.1; set it on the call for slow checks).
 wait_until() {
   local deadline=$((SECONDS + $1))
   shift
   while :; do
     "$@" && return 0
     [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
+    sleep "${WAIT_INTERVAL:-0.1}"
   done
+}
+
+# terminate PID [SIGNAL]: sends SIGNAL (TERM) to a child and waits for it; its
+# exit status is left in $EXIT_RC, the time from the signal to the exit in $EXIT_MS.
+terminate() {
+  local t0
+  t0=$(date +%s%N)
+  kill -"${2:-TERM}" "$1"
+  EXIT_RC=0
+  wait "$1" || EXIT_RC=$?
+  # shellcheck disable=SC2034 # for the callers
+  EXIT_MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# kill_wait PID...: SIGKILL to children, and reaps them.
+kill_wait() {
+  kill -9 "$@" 2>/dev/null || true
+  wait "$@" 2>/dev/null || true
 }
 
 # on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
@@ -89,14 +108,12 @@ start_agent() {
   fail "agent not ready after 60 s"
 }
 
-# stop_agent: SIGTERM, expect exit 0.
+# stop_agent: SIGTERM, expect exit 0 (how long it took: $EXIT_MS).
 stop_agent() {
   [ -n "$AGENT_PID" ] || return 0
-  kill -TERM "$AGENT_PID"
-  local rc=0
-  wait "$AGENT_PID" || rc=$?
+  terminate "$AGENT_PID"
   AGENT_PID=
-  [ "$rc" -eq 0 ] || fail "agent exited with $rc on SIGTERM"
+  [ "$EXIT_RC" -eq 0 ] || fail "agent exited with $EXIT_RC on SIGTERM"
 }
 
 # capset "CAP_BPF CAP_PERFMON": "-all,+bpf,+perfmon", for setpriv.
@@ -134,32 +151,26 @@ negative_gauges() {
   awk '/^qpwatch_qps\{/ && $NF + 0 < 0 { n++ } END { print n + 0 }' "$1"
 }
 
+# scraped_metric OP SELECTOR N: scrapes once (the file in $LAST, the sum in
+# $LAST_VALUE) and compares the sum with N: OP is = (exactly) or -ge (at least).
+scraped_metric() {
+  LAST=$(scrape wait) || return 1
+  LAST_VALUE=$(metric "$LAST" "$2")
+  if [ "$1" = = ]; then [ "$LAST_VALUE" = "$3" ]; else test "${LAST_VALUE%.*}" "$1" "$3"; fi
+}
+
 # wait_for_metric SELECTOR EXPECTED [TIMEOUT_S]: polls until the sum equals
 # EXPECTED (events are drained asynchronously); leaves the last scrape in $LAST.
 wait_for_metric() {
-  local sel=$1 expected=$2 deadline=$((SECONDS + ${3:-30})) value=
-  while :; do
-    LAST=$(scrape "wait")
-    value=$(metric "$LAST" "$sel")
-    [ "$value" = "$expected" ] && return 0
-    [ $SECONDS -lt $deadline ] || break
-    sleep 0.2
-  done
-  log "timeout: $sel = $value, expected $expected"
+  WAIT_INTERVAL=0.2 wait_until "${3:-30}" scraped_metric = "$1" "$2" && return 0
+  log "timeout: $1 = $LAST_VALUE, expected $2"
   return 1
 }
 
 # wait_for_metric_at_least SELECTOR MIN [TIMEOUT_S]: polls until the sum is >= MIN.
 wait_for_metric_at_least() {
-  local sel=$1 min=$2 deadline=$((SECONDS + ${3:-30})) value=
-  while :; do
-    LAST=$(scrape "wait")
-    value=$(metric "$LAST" "$sel")
-    [ "${value%.*}" -ge "$min" ] && return 0
-    [ $SECONDS -lt $deadline ] || break
-    sleep 0.2
-  done
-  log "timeout: $sel = $value, expected at least $min"
+  WAIT_INTERVAL=0.2 wait_until "${3:-30}" scraped_metric -ge "$1" "$2" && return 0
+  log "timeout: $1 = $LAST_VALUE, expected at least $2"
   return 1
 }
 
@@ -171,22 +182,33 @@ res_count() {
   rdma -j res show "$1" | jq "[.[] | select(${2:-true})] | length"
 }
 
+# res_count_is KIND OP N [JQ_SELECT]: res_count compared with N by test's OP
+# (-eq, -ge, ...): a condition for wait_until.
+res_count_is() {
+  test "$(res_count "$1" "${4:-true}")" "$2" "$3"
+}
+
+# qp_in_rts PID: the process holds exactly one QP, in RTS.
+qp_in_rts() { res_count_is qp -eq 1 ".pid == $1 and .state == \"RTS\""; }
+
 # res_counts [JQ_SELECT]: "qp=N mr=N cm_id=N" (one jq run for all three).
 res_counts() {
   { rdma -j res show qp; rdma -j res show mr; rdma -j res show cm_id; } |
     jq -rs "map([.[] | select(${1:-true})] | length) | \"qp=\(.[0]) mr=\(.[1]) cm_id=\(.[2])\""
 }
 
+# res_counts_are EXPECTED [JQ_SELECT]: res_counts equals EXPECTED (what it
+# was is left in $RES_COUNTS).
+res_counts_are() { RES_COUNTS=$(res_counts "${2:-true}") && [ "$RES_COUNTS" = "$1" ]; }
+
 # wait_res_baseline WHAT EXPECTED [JQ_SELECT]: polls until res_counts equals EXPECTED.
 wait_res_baseline() {
-  local what=$1 expected=$2 sel=${3:-true} actual=
-  for _ in $(seq 1 100); do
-    actual=$(res_counts "$sel")
-    [ "$actual" = "$expected" ] && { log "ok: $what: $actual"; return 0; }
-    sleep 0.1
-  done
+  if wait_until 60 res_counts_are "$2" "${3:-true}"; then
+    log "ok: $1: $RES_COUNTS"
+    return 0
+  fi
   rdma res show qp >&2; rdma res show cm_id >&2
-  fail "$what: expected $expected, got $actual"
+  fail "$1: expected $2, got $RES_COUNTS"
 }
 
 # --- rping traffic over rxe0

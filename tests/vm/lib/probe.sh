@@ -14,24 +14,22 @@ res_counts_plus_listener() {
   echo "qp=$qp mr=$mr cm_id=$((cm + 1))"
 }
 
-# start_responder [rdma-probe responder flags...]: listens on $RXE_ADDR:$PROBE_PORT.
+# start_responder [rdma-probe responder flags...]: listens on $RXE_ADDR:$PROBE_PORT;
+# its counters go to $OUT/responder.json when it stops.
 start_responder() {
   "$PROBE" responder --listen "$RXE_ADDR:$PROBE_PORT" --json "$@" \
     >"$OUT/responder.json" 2>>"$OUT/responder.log" &
   RESPONDER_PID=$!
-  local listening=".pid == $RESPONDER_PID and .state == \"LISTEN\""
-  wait_until 30 bash -c "[ \"\$(rdma -j res show cm_id | jq '[.[] | select($listening)] | length')\" -eq 1 ]" ||
+  wait_until 30 res_count_is cm_id -eq 1 ".pid == $RESPONDER_PID and .state == \"LISTEN\"" ||
     fail "responder not listening"
   log "responder listening (pid $RESPONDER_PID)"
 }
 
 # stop_responder: SIGTERM, expect exit 0 and the counters on stdout.
 stop_responder() {
-  kill -TERM "$RESPONDER_PID"
-  local rc=0
-  wait "$RESPONDER_PID" || rc=$?
+  terminate "$RESPONDER_PID"
   RESPONDER_PID=
-  [ "$rc" -eq 0 ] || fail "responder exited with $rc on SIGTERM"
+  [ "$EXIT_RC" -eq 0 ] || fail "responder exited with $EXIT_RC on SIGTERM"
   jq -e . "$OUT/responder.json" >/dev/null || fail "responder printed no counters"
 }
 
@@ -48,7 +46,6 @@ probe_lingering() {
   wait_until 120 bash -c "[ -s '$json' ] || ! kill -0 $pid 2>/dev/null" || fail "$name: no output"
   kill -0 "$pid" 2>/dev/null || fail "$name: exited before lingering: $(cat "$OUT/$name.log")"
   assert_eq "$name: RDMA resources of the live probe process" "qp=0 mr=0 cm_id=0" "$(res_counts ".pid == $pid")"
-  kill -TERM "$pid"
-  PROBE_RC=0
-  wait "$pid" || PROBE_RC=$?
+  terminate "$pid"
+  PROBE_RC=$EXIT_RC
 }

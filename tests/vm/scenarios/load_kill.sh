@@ -20,8 +20,7 @@ kill -9 "$churn_pid"
 wait "$churn_pid" 2>/dev/null || true
 log "qp-churn killed with about $open_qps QPs open"
 [ "$open_qps" -ge "$HOLD" ] || fail "only $open_qps QPs were open"
-gone() { [ "$(res_count qp)" -eq "$base_kernel" ]; }
-wait_until 60 gone || fail "the kernel still lists $(res_count qp) QPs"
+wait_until 60 res_count_is qp -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"
 wait_for_metric qpwatch_qps "$base_live" 30 || fail "live-QP gauge not back to $base_live"
 after=$LAST
 created=$(delta "$before" "$after" 'qpwatch_qp_created_total{qp_type="RC"}')

@@ -15,8 +15,7 @@ churn_pid=$!
 on_exit "kill -9 $churn_pid"
 wait_phase "$OUT/status.json" holding 120 || fail "qp-churn did not reach the holding phase"
 sleep 2
-kill -9 "$AGENT_PID"
-wait "$AGENT_PID" 2>/dev/null || true
+kill_wait "$AGENT_PID"
 AGENT_PID=
 log "agent killed; the churn goes on"
 start_agent --groups qp
@@ -41,7 +40,7 @@ kill -TERM "$churn_pid"
 rc=0
 wait "$churn_pid" || rc=$?
 assert_eq "qp-churn exit status" 0 "$rc"
-wait_until 60 test "$(res_count qp)" -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"
+wait_until 60 res_count_is qp -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"
 wait_for_metric qpwatch_qps "$base_kernel" 30 || fail "live-QP gauge not back to $base_kernel"
 end=$LAST
 assert_eq "qpwatch_events_lost_total" 0 "$(metric "$end" qpwatch_events_lost_total)"

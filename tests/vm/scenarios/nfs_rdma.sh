@@ -33,10 +33,9 @@ echo 10 >/proc/fs/nfsd/nfsv4gracetime
 echo 10 >/proc/fs/nfsd/nfsv4leasetime
 rpc.nfsd -N 3 1
 echo "rdma 20049" >/proc/fs/nfsd/portlist
-listening() { [ "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN" and (."src-addr" | endswith(":20049")))] | length')" -ge 2 ]; }
-wait_until 30 listening || fail "svcrdma not listening on port 20049"
+wait_until 30 res_count_is cm_id -ge 2 '.state == "LISTEN" and (."src-addr" | endswith(":20049"))' || fail "svcrdma not listening on port 20049"
 rdma res show cm_id >"$OUT/cm-listen.txt"
-wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length')" ||
+wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(res_count cm_id '.state == "LISTEN"')" ||
   fail "listening CM ids not all counted"
 base=$(scrape base)
 assert_eq "rdma_listen calls of svcrdma's wildcard listeners (nested per device)" 4 "$(delta "$idle" "$base" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
@@ -67,8 +66,7 @@ assert_eq "ESTABLISHED (both sides: kernel consumers get it on the active side t
 assert_eq "CM errors" 0 "$(delta "$base" "$up" 'qpwatch_cm_errors_total')"
 
 umount "$MNT" || fail "umount failed"
-gone() { [ "$(res_count qp '.type == "RC"')" -eq "$kernel_rc_base" ]; }
-wait_until 30 gone || fail "the kernel kept NFS/RDMA QPs after umount"
+wait_until 30 res_count_is qp -eq "$kernel_rc_base" '.type == "RC"' || fail "the kernel kept NFS/RDMA QPs after umount"
 wait_for_metric 'qpwatch_qps' "$(metric "$base" 'qpwatch_qps')" || fail "live-QP gauge not back to its value before the mount"
 wait_for_metric 'qpwatch_cm_ids' "$(metric "$base" 'qpwatch_cm_ids')" || fail "CM id gauge not back to its value before the mount"
 end=$(scrape end)

@@ -35,10 +35,9 @@ start_agent
 idle=$(scrape idle)
 add_port 1 "$RXE_ADDR" 4420
 add_port 2 0.0.0.0 4421
-listeners() { rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length'; }
-wait_until 30 bash -c '[ "$(rdma -j res show cm_id | jq "[.[] | select(.state == \"LISTEN\")] | length")" -ge 2 ]' ||
+wait_until 30 res_count_is cm_id -ge 2 '.state == "LISTEN"' ||
   fail "nvmet-rdma not listening on both ports"
-wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(listeners)" || fail "listening CM ids not all counted"
+wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(res_count cm_id '.state == "LISTEN"')" || fail "listening CM ids not all counted"
 listened=$(scrape listening)
 # the specific address: one call; every address: the call and one nested per device (rxe0)
 assert_eq "rdma_listen calls of the two target ports" 3 "$(delta "$idle" "$listened" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
@@ -83,8 +82,7 @@ connect_cycle() {
   assert_eq "$svcid: ESTABLISHED events (both sides have kernel QPs)" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 
   nvme disconnect -n "$NQN" >"$OUT/nvme-disconnect-$svcid.log" 2>&1 || fail "nvme disconnect failed (port $svcid)"
-  KERNEL_RC_BASE=$kernel_rc_base
-  wait_until 30 bash -c '[ "$(rdma -j res show qp | jq "[.[] | select(.type == \"RC\")] | length")" -eq "$KERNEL_RC_BASE" ]' ||
+  wait_until 30 res_count_is qp -eq "$kernel_rc_base" '.type == "RC"' ||
     fail "kernel kept NVMe-oF QPs after disconnect (port $svcid)"
   wait_for_metric 'qpwatch_qps{qp_type="RC"}' "$(metric "$base" 'qpwatch_qps{qp_type="RC"}')" ||
     fail "live-QP gauge did not return to its value before connect (port $svcid)"
@@ -95,7 +93,6 @@ connect_cycle() {
   assert_eq "$svcid: untracked QP events" 0 "$(delta "$base" "$end" 'qpwatch_untracked_qp_events_total')"
   assert_eq "$svcid: events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 }
-export KERNEL_RC_BASE
 connect_cycle 4420
 connect_cycle 4421
 stop_agent

@@ -15,12 +15,11 @@ target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = 
   target frozen "$RXE_ADDR:9437" 'mode = "persistent"'
 } >"$cfg"
 "$BIN/qpwatch" check-config "$cfg" || fail "test config invalid"
-base_qps=$(rdma -j res show qp | jq length)
+base_qps=$(res_count qp)
 "$BIN/qpwatch" responder --listen "$RXE_ADDR:9437" >"$OUT/responder.log" 2>&1 &
 responder=$!
 on_exit "kill -CONT $responder; kill -9 $responder"
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN")] | length > 0' >/dev/null; }
-wait_until 20 listening || fail "responder not listening"
+wait_until 20 res_count_is cm_id -ge 1 '.state == "LISTEN"' || fail "responder not listening"
 start_agent --config "$cfg"
 for t in closed unroutable silent; do
   wait_for_metric_at_least "qpwatch_probe_total{target=\"$t\"}" 2 120 || fail "target $t not probed twice"
@@ -44,8 +43,8 @@ assert_eq "frozen: only ok and timeout" "$(metric "$end" 'qpwatch_probe_total{ta
   "$(( $(metric "$end" 'qpwatch_probe_total{target="frozen",result="ok"}') + $(metric "$end" 'qpwatch_probe_total{target="frozen",result="timeout"}') ))"
 assert_eq "probe QPs the eBPF path missed" 0 "$(metric "$end" 'qpwatch_probe_qps_unseen_total')"
 curl -fsS "http://$AGENT_ADDR/healthz" >/dev/null || fail "agent not healthy"
-kill -CONT "$responder"; kill -9 "$responder"; wait "$responder" 2>/dev/null || true
-back() { [ "$(rdma -j res show qp | jq length)" -eq "$base_qps" ] && [ "$(rdma -j res show mr | jq length)" -eq 0 ]; }
+kill -CONT "$responder"; kill_wait "$responder"
+back() { res_count_is qp -eq "$base_qps" && res_count_is mr -eq 0; }
 wait_until 30 back || { rdma res show qp; rdma res show mr; fail "QPs or MRs left behind"; }
-assert_eq "CM ids left" 0 "$(rdma -j res show cm_id | jq length)"
+assert_eq "CM ids left" 0 "$(res_count cm_id)"
 stop_agent

@@ -67,6 +67,5 @@ skew=$((now_usec - reload_usec))
 # /proc/uptime is CLOCK_BOOTTIME; without a suspend in the guest it is CLOCK_MONOTONIC
 [ "${skew#-}" -lt 1000000 ] || fail "MONOTONIC_USEC=$reload_usec is ${skew} us from the guest's clock"
 log "ok: RELOADING=1 MONOTONIC_USEC=$reload_usec (${skew} us before the check)"
-kill -TERM "$AGENT_PID"; rc=0; wait "$AGENT_PID" || rc=$?; AGENT_PID=
-assert_eq "exit code" 0 "$rc"
+stop_agent
 grep -q '^STOPPING=1' "$OUT/notify.log" || fail "no STOPPING=1"
