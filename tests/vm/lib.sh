@@ -13,6 +13,7 @@ QPWATCH_VM_LIB=1
 AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
 RXE_ADDR=198.18.0.1
 AGENT_PID=
+EVENTS_PID=
 
 # --- basics
 
@@ -86,26 +87,41 @@ on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
 
 # --- the agent
 
-# start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
-start_agent() {
-  local log_file="$OUT/agent.log" config=(--config /dev/null) # hermetic: never /etc/qpwatch
+# launch_agent [extra qpwatch flags...]: starts the agent in the background
+# (its PID in $AGENT_PID, its log in $OUT/agent.log) and returns at once.
+launch_agent() {
+  local config=(--config /dev/null) # hermetic: never /etc/qpwatch
   [[ " $* " == *" --config "* ]] && config=()
-  "$BIN/qpwatch" "${config[@]}" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
+  "$BIN/qpwatch" "${config[@]}" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$OUT/agent.log" 2>&1 &
   AGENT_PID=$!
+}
+
+# agent_get PATH: the agent answers GET PATH (/readyz, /healthz) with a 2xx.
+agent_get() { curl -fsS -o /dev/null "http://$AGENT_ADDR$1" 2>/dev/null; }
+
+# wait_agent_ready [TIMEOUT_S]: until /readyz answers (60 s); fails, with the
+# agent's log, if the agent exits or the time is up.
+wait_agent_ready() {
   local start=$SECONDS
-  while [ $((SECONDS - start)) -lt 60 ]; do
-    if curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; then
+  while [ $((SECONDS - start)) -lt "${1:-60}" ]; do
+    if agent_get /readyz; then
       log "agent ready (pid $AGENT_PID) after $((SECONDS - start)) s"
       return 0
     fi
     if ! kill -0 "$AGENT_PID" 2>/dev/null; then
-      cat "$log_file" >&2
+      cat "$OUT/agent.log" >&2
       fail "agent exited during start-up"
     fi
     sleep 0.1
   done
-  cat "$log_file" >&2
-  fail "agent not ready after 60 s"
+  cat "$OUT/agent.log" >&2
+  fail "agent not ready after ${1:-60} s"
+}
+
+# start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
+start_agent() {
+  launch_agent "$@"
+  wait_agent_ready 60
 }
 
 # stop_agent: SIGTERM, expect exit 0 (how long it took: $EXIT_MS).
@@ -116,11 +132,57 @@ stop_agent() {
   [ "$EXIT_RC" -eq 0 ] || fail "agent exited with $EXIT_RC on SIGTERM"
 }
 
+# reload_agent: SIGHUP; returns once the agent logs that it reloaded.
+reload_agent() {
+  local done='SIGHUP: configuration reloaded' before
+  before=$(grep -c "$done" "$OUT/agent.log" || true)
+  kill -HUP "$AGENT_PID"
+  # shellcheck disable=SC2016 # bash -c's own arguments
+  wait_until 30 bash -c '[ "$(grep -c "$1" "$2")" -gt "$3" ]' _ "$done" "$OUT/agent.log" "$before" || fail "no reload"
+}
+
+# probe_target NAME ADDRESS INTERVAL_S PINGS TIMEOUT_S [EXTRA_LINE]: a
+# [[targets]] table of the agent's configuration file, on stdout.
+probe_target() {
+  printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = %s\njitter = 0\npings = %s\ntimeout_seconds = %s\n' "${@:1:5}"
+  [ -z "${6:-}" ] || printf '%s\n' "$6"
+}
+
 # capset "CAP_BPF CAP_PERFMON": "-all,+bpf,+perfmon", for setpriv.
 capset() {
   local out=-all c
   for c in $1; do c=${c#CAP_} && out+=",+${c,,}"; done
   echo "$out"
+}
+
+# launch_as_nobody CAPS MEMLOCK LOG AGENT_CMD...: starts the agent in the
+# background the way packaging/qpwatch.service runs it: as user nobody with
+# exactly the capabilities CAPS (ambient, inheritable and bounding), no new
+# privileges and RLIMIT_MEMLOCK MEMLOCK; output to LOG, PID in $AGENT_PID.
+launch_as_nobody() {
+  local set
+  set=$(capset "$1")
+  prlimit --memlock="$2" setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
+    --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" "${@:4}" >"$3" 2>&1 &
+  AGENT_PID=$!
+}
+
+# start_events: `qpwatch events` streaming to $OUT/events.jsonl; returns once
+# its rdma_cm hooks are attached. stop_events: SIGINT, expect exit 0.
+start_events() {
+  "$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
+  EVENTS_PID=$!
+  wait_until 60 grep -q 'hooks attached instance="rdma_cm"' "$OUT/events.log" || fail "events stream did not attach"
+}
+stop_events() {
+  kill -INT "$EVENTS_PID"
+  wait "$EVENTS_PID" || fail "events stream exited non-zero"
+  EVENTS_PID=
+}
+
+# events_cm_ids QP_NUM: the cm ids the event stream joins the QP to, one a line.
+events_cm_ids() {
+  jq -r --argjson qp "$1" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u
 }
 
 # --- the agent's metrics
@@ -233,6 +295,7 @@ cleanup_scenario() {
   local cmd
   for cmd in "${ON_EXIT[@]}"; do eval "$cmd" >/dev/null 2>&1 || true; done
   if [ -n "$RESPONDER_PID" ]; then kill -9 "$RESPONDER_PID" 2>/dev/null || true; fi
+  if [ -n "$EVENTS_PID" ]; then kill -INT "$EVENTS_PID" 2>/dev/null || true; fi
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
   pkill -x rping 2>/dev/null || true
   pkill -x rdma-probe 2>/dev/null || true

@@ -19,10 +19,9 @@ unload_stack || fail "could not unload the RDMA stack: $(lsmod | grep -E 'ib_|rd
 log "RDMA stack unloaded"
 
 # Not start_agent: that waits for /readyz, which must stay 503 here.
-"$BIN/qpwatch" --config /dev/null --listen "$AGENT_ADDR" --module-poll-interval 1 >"$OUT/agent.log" 2>&1 &
-AGENT_PID=$!
+launch_agent --module-poll-interval 1
 wait_until 60 grep -q 'instance="rdma_cm" reason=module' "$OUT/agent.log" || fail "agent did not report the missing modules"
-curl -fsS "http://$AGENT_ADDR/healthz" -o /dev/null || fail "/healthz not 200"
+agent_get /healthz || fail "/healthz not 200"
 sleep 3 # a few module polls: nothing may load the RDMA stack meanwhile
 [ ! -d /sys/module/ib_core ] || fail "ib_core was loaded while the agent waited for it"
 status=$(curl -s -o /dev/null -w '%{http_code}' "http://$AGENT_ADDR/readyz")
@@ -36,7 +35,7 @@ log "$hooks hooks reported detached; /readyz 503"
 
 modprobe rdma_rxe
 modprobe rdma_ucm
-wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null || fail "not ready after modprobe"
+wait_until 60 agent_get /readyz || fail "not ready after modprobe"
 wait_until 90 grep -q 'hooks attached instance="rdma_cm"' "$OUT/agent.log" || fail "rdma_cm hooks not attached after modprobe"
 attached=$(scrape attached)
 assert_eq "hooks left detached after modprobe" 0 "$(($(series_count "$attached" 'qpwatch_probe_attached') - $(metric "$attached" 'qpwatch_probe_attached')))"

@@ -20,9 +20,7 @@ mount -t tmpfs tmpfs "$EXPORT"
 on_exit "umount -l $MNT; rpc.nfsd 0; pkill -x rpc.mountd; pkill -x rpcbind; exportfs -ua; umount $EXPORT; umount /proc/fs/nfsd; umount /var/lib/nfs; modprobe -r rpcrdma nfsd nfsv4"
 
 start_agent
-"$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
-events=$!
-wait_until 60 grep -q "hooks attached instance=\"rdma_cm\"" "$OUT/events.log" || fail "events stream did not attach"
+start_events
 idle=$(scrape idle)
 
 rpcbind -w
@@ -80,8 +78,7 @@ done
 
 # the event stream: each side's CM events on its own id, each QP joined to it
 sleep 1
-kill -INT "$events"
-wait "$events" || fail "events stream exited non-zero"
+stop_events
 ids_with() { jq -r --arg e "$1" 'select(.kind == "cm" and .cm_event == $e) | .cm_id' "$OUT/events.jsonl" | sort -u; }
 active=$(ids_with ADDR_RESOLVED)
 passive=$(ids_with CONNECT_REQUEST)
@@ -94,7 +91,7 @@ qps=$(jq -r 'select(.kind == "qp_create" and .origin == "kernel" and .qp_type ==
 assert_eq "kernel RC QPs in the event stream" 2 "$(echo "$qps" | grep -c .)"
 joined=""
 for qp in $qps; do
-  cm=$(jq -r --argjson qp "$qp" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u)
+  cm=$(events_cm_ids "$qp")
   assert_eq "QP $qp joined to one cm id" 1 "$(echo "$cm" | grep -c .)"
   joined="$joined $cm"
 done

@@ -12,15 +12,7 @@ listen = "$AGENT_ADDR"
 [responder]
 listen = "$RXE_ADDR:9723"
 CFG
-  [ "$1" = with-target ] && cat >>"$cfg" <<CFG
-[[targets]]
-name = "self"
-address = "$RXE_ADDR:9723"
-interval_seconds = 3
-jitter = 0
-pings = $N
-timeout_seconds = 2
-CFG
+  [ "$1" = with-target ] && probe_target self "$RXE_ADDR:9723" 3 "$N" 2 >>"$cfg"
   return 0
 }
 write_config with-target
@@ -31,8 +23,7 @@ assert_eq "probe up" 1 "$(metric "$up" 'qpwatch_probe_up{target="self"}')"
 
 # stop probing (SIGHUP with the target removed); the responder stays
 write_config without-target
-kill -HUP "$AGENT_PID"
-wait_until 30 grep -q "SIGHUP: configuration reloaded" "$OUT/agent.log" || fail "no reload"
+reload_agent
 wait_for_metric 'qpwatch_responder_active_connections' 0 30 || fail "responder connections still open"
 wait_until 30 res_count_is qp -eq 0 '.type == "RC"' || fail "probe QPs left behind"
 sleep 6 # the last probe's cross-check waits for its kernel events

@@ -26,14 +26,13 @@
 # take their first evaluations while the scenario runs.
 PROM=127.0.0.1:9090
 cfg=$OUT/qpwatch.toml
-target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = %s\njitter = 0\npings = %s\ntimeout_seconds = 1\n' "$@"; }
 {
   echo "listen = \"$AGENT_ADDR\""
   printf '[limits]\nmax_process_labels = 2\n'
   printf '[responder]\nlisten = "%s:9723"\n' "$RXE_ADDR"
-  target self "$RXE_ADDR:9723" 2 3
-  target closed "$RXE_ADDR:9999" 4 1
-  target unroutable "203.0.113.1:9723" 4 1
+  probe_target self "$RXE_ADDR:9723" 2 3 1
+  probe_target closed "$RXE_ADDR:9999" 4 1 1
+  probe_target unroutable "203.0.113.1:9723" 4 1 1
 } >"$cfg"
 
 # Prometheus (slow to start under emulation) comes up while the agent starts.

@@ -29,20 +29,10 @@ notify_reader=$!
 on_exit "kill $notify_reader"
 wait_until 60 test -S "$NOTIFY" || { cat "$OUT/notify.err"; fail "notify socket"; }
 
-# launch CAPS LOG: the unit's command line as nobody with CAPS
-launch() {
-  local set; set=$(capset "$1")
-  NOTIFY_SOCKET=$NOTIFY WATCHDOG_USEC=$((watchdog_s * 1000000 / 15)) \
-    prlimit --memlock="${memlock/infinity/unlimited}" \
-    setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
-    --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" \
-    $exec_start >>"$2" 2>&1 &
-  AGENT_PID=$!
-}
-ready() { curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; }
-
-launch "$caps" "$OUT/agent.log"
-wait_until 90 ready || { cat "$OUT/agent.log"; fail "not ready with the unit's capabilities"; }
+# the unit's command line as nobody with the unit's capabilities
+NOTIFY_SOCKET=$NOTIFY WATCHDOG_USEC=$((watchdog_s * 1000000 / 15)) \
+  launch_as_nobody "$caps" "${memlock/infinity/unlimited}" "$OUT/agent.log" $exec_start
+wait_agent_ready 90
 log "ready as nobody with: $caps"
 grep -q '^READY=1' "$OUT/notify.log" || fail "no READY=1 from sd_notify"
 wait_until 10 grep -q '^WATCHDOG=1' "$OUT/notify.log" || fail "no WATCHDOG=1"
