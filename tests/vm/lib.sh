@@ -14,6 +14,7 @@ AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
 RXE_ADDR=198.18.0.1
 AGENT_PID=
 EVENTS_PID=
+RPING_PIDS=
 
 # --- basics
 
@@ -273,7 +274,55 @@ wait_res_baseline() {
   fail "$1: expected $2, got $RES_COUNTS"
 }
 
+# restore_rxe: the RDMA stack loaded and rxe0 on qpw0, as tests/vm/guest.sh
+# set them up (after a scenario unloaded them).
+restore_rxe() {
+  modprobe rdma_rxe && modprobe rdma_ucm
+  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev qpw0
+}
+
 # --- rping traffic over rxe0
+
+# cm_listening COMM: a process named COMM listens on an RDMA CM id.
+cm_listening() { res_count_is cm_id -ge 1 ".state == \"LISTEN\" and .comm == \"$1\""; }
+
+# wait_listener COMM [TIMEOUT_S]: until cm_listening COMM (30 s), or fails.
+wait_listener() {
+  wait_until "${2:-30}" cm_listening "$1" || fail "$1 server not listening"
+}
+
+# rping_once COUNT [rping client flags...]: an rping server and client
+# exchanging COUNT pings; fails unless both exit 0. Logs:
+# $OUT/rping-server.log (appended to), $OUT/rping-client.log.
+rping_once() {
+  local count=$1 server
+  shift
+  rping -s -a "$RXE_ADDR" -C "$count" >>"$OUT/rping-server.log" 2>&1 &
+  server=$!
+  wait_listener rping
+  rping -c -a "$RXE_ADDR" -C "$count" "$@" >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
+  wait "$server" || fail "rping server failed"
+}
+
+# start_rping_connection: an rping server and a client that pings until it is
+# killed; returns once both QPs are in RTS. Their PIDs are in $RPING_PIDS.
+start_rping_connection() {
+  rping -s -a "$RXE_ADDR" >>"$OUT/rping-server.log" 2>&1 &
+  RPING_PIDS=$!
+  wait_listener rping
+  rping -c -a "$RXE_ADDR" >>"$OUT/rping-client.log" 2>&1 &
+  RPING_PIDS="$RPING_PIDS $!"
+  wait_until 30 res_count_is qp -ge 2 '.comm == "rping" and .state == "RTS"' || fail "rping not connected"
+}
+
+# kill_rping_connection: SIGKILL to both ends of start_rping_connection;
+# returns once the kernel has destroyed their QPs.
+kill_rping_connection() {
+  # shellcheck disable=SC2086 # two PIDs
+  kill_wait $RPING_PIDS
+  RPING_PIDS=
+  wait_until 30 res_count_is qp -eq 0 '.comm == "rping"' || fail "the kernel kept the killed rpings' QPs"
+}
 
 # start_rping_traffic: a persistent rping server and clients connecting to it
 # over and over (20 pings each) until the scenario ends; their PIDs are in

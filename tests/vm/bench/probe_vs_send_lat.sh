@@ -16,8 +16,6 @@ SIZE=${BENCH_SIZE:-64}
 ITERS=${BENCH_ITERS:-3000}
 ROUNDS=${BENCH_ROUNDS:-3}
 
-listening_comm() { [ "$(res_count cm_id ".state == \"LISTEN\" and .comm == \"$1\"")" -ge 1 ]; }
-
 # perftest converts cycles to microseconds with a CPU MHz it samples at start;
 # under TCG that sampling sometimes fails (it then prints "inf"): retry.
 send_lat_median_rtt() { # prints 2 x t_typical
@@ -25,7 +23,7 @@ send_lat_median_rtt() { # prints 2 x t_typical
   for attempt in 1 2 3 4; do
     ib_send_lat -R -F -s "$SIZE" -n "$ITERS" >"$OUT/ib_send_lat-server.log" 2>&1 &
     local server=$!
-    wait_until 30 listening_comm ib_send_lat || fail "ib_send_lat server not listening"
+    wait_listener ib_send_lat
     ib_send_lat -R -F -s "$SIZE" -n "$ITERS" "$RXE_ADDR" >"$OUT/ib_send_lat-client.log" 2>&1 ||
       { cat "$OUT/ib_send_lat-client.log" >&2; fail "ib_send_lat client failed"; }
     wait "$server" || fail "ib_send_lat server failed"

@@ -1,14 +1,7 @@
 # QPs and CM ids that exist before the agent starts: a long-running rping is
 # connected first, then the agent starts; its first scrape must already show
 # what `rdma res show qp` / `rdma res show cm_id` list.
-rping -s -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
-server=$!
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN")] | length > 0' >/dev/null; }
-wait_until 20 listening || fail "rping server not listening"
-rping -c -a "$RXE_ADDR" >"$OUT/rping-client.log" 2>&1 &
-client=$!
-connected() { [ "$(res_count qp '.comm == "rping" and .state == "RTS"')" -eq 2 ]; }
-wait_until 30 connected || fail "rping not connected"
+start_rping_connection
 
 qps=$(res_count qp)
 cm_ids=$(res_count cm_id)
@@ -22,9 +15,7 @@ assert_eq "GSI QP, labelled by type" "$(res_count qp '.type == "GSI"')" "$(metri
 assert_eq "live CM ids on the first scrape" "$cm_ids" "$(metric "$first" 'qpwatch_cm_ids')"
 assert_eq "listening CM ids" "$(res_count cm_id '.state == "LISTEN"')" "$(metric "$first" 'qpwatch_cm_ids{state="LISTEN"}')"
 
-kill -9 "$client" "$server"; wait "$client" "$server" 2>/dev/null || true
-gone() { [ "$(res_count qp '.comm == "rping"')" -eq 0 ]; }
-wait_until 30 gone || fail "kernel kept rping's QPs"
+kill_rping_connection
 wait_for_metric 'qpwatch_qps{qp_type="RC"}' 0 || fail "adopted QPs not removed on destroy"
 end=$(scrape end)
 assert_eq "destroys of adopted QPs" 2 "$(delta "$first" "$end" 'qpwatch_qp_destroyed_total{qp_type="RC"}')"

@@ -13,12 +13,7 @@ start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints
 start_events
 base=$(scrape base)
 
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN" and .comm == "rping")] | length > 0' >/dev/null; }
-rping -s -a "$RXE_ADDR" -C 5 >"$OUT/rping-server.log" 2>&1 &
-server=$!
-wait_until 20 listening || fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 5 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 5
 
 ids_base=$(metric "$base" 'qpwatch_cm_ids')
 wait_for_metric 'qpwatch_cm_ids' "$ids_base" || fail "CM ids not all destroyed"

@@ -10,10 +10,6 @@ unload_stack() {
   for m in $stack; do [ -d "/sys/module/$m" ] && modprobe -r "$m"; done
   [ ! -d /sys/module/ib_core ]
 }
-restore_rxe() {
-  modprobe rdma_rxe && modprobe rdma_ucm
-  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev qpw0
-}
 on_exit restore_rxe
 unload_stack || fail "could not unload the RDMA stack: $(lsmod | grep -E 'ib_|rdma' | tr '\n' ' ')"
 log "RDMA stack unloaded"
@@ -49,12 +45,7 @@ wait_for_metric 'qpwatch_qp_created_total{device="rxe0",qp_type="GSI",origin="ke
 wait_for_metric 'qpwatch_qps{device="rxe0",qp_type="GSI",state="RTS"}' 1 30 || fail "GSI QP not seen reaching RTS"
 gsi=$(scrape gsi)
 
-rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
-server=$!
-wait_until 30 bash -c 'rdma -j res show cm_id | jq -e "[.[] | select(.state == \"LISTEN\" and .comm == \"rping\")] | length > 0" >/dev/null' ||
-  fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 3 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 3
 wait_for_metric 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}' 2 60 || fail "rping destroys not seen"
 end=$(scrape end)
 assert_eq "RC QPs created" 2 "$(delta "$gsi" "$end" 'qpwatch_qp_created_total{device="rxe0",qp_type="RC",origin="user"}')"

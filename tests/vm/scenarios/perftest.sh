@@ -30,7 +30,7 @@ tests="ib_send_lat ib_write_lat ib_read_lat ib_send_bw"
 # listening TEST CM: the server is ready for its client
 listening() {
   if [ -n "$2" ]; then
-    rdma -j res show cm_id | jq -e --arg c "$1" '[.[] | select(.state == "LISTEN" and .comm == $c)] | length > 0' >/dev/null
+    cm_listening "$1"
   else
     ss -Hltn 'sport = :18515' | grep -q .
   fi
