@@ -215,10 +215,8 @@ scrape_idle=$(median "${s0[@]}")
 mapfile -t h0 < <(scrape_ms 11 /healthz)
 healthz=$(median "${h0[@]}")
 base=$(metric "$(scrape hold-before)" qpwatch_qps)
-"$CHURN" --hold "$HOLD" --lifecycles 0 --threads 2 --status-file "$OUT/hold-status.json" >"$OUT/hold.json" 2>"$OUT/hold.log" &
-holder=$!
-on_exit "kill -9 $holder"
-wait_phase "$OUT/hold-status.json" held 900 || fail "qp-churn did not hold $HOLD QPs"
+start_churn hold --hold "$HOLD" --lifecycles 0 --threads 2
+wait_phase hold held 900 || fail "qp-churn did not hold $HOLD QPs"
 wait_for_metric qpwatch_qps $((base + HOLD)) 120 || fail "agent does not show $HOLD more live QPs"
 mapfile -t s1 < <(scrape_ms 21)
 scrape_hold=$(median "${s1[@]}")
@@ -226,9 +224,7 @@ scrape_hold_max=$(printf '%s\n' "${s1[@]}" | sort -g | tail -n1)
 bytes=$(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c)
 rss_hold=$(status_kib "$AGENT_PID" VmRSS)
 say "scrape: /healthz (HTTP alone) median $healthz ms; /metrics median $scrape_idle ms with $base live QPs; median $scrape_hold ms (max $scrape_hold_max ms, $bytes bytes) with $((base + HOLD)) live QPs; RSS then $rss_hold KiB"
-kill -TERM "$holder"
-wait "$holder" || fail "qp-churn (hold) failed"
-holder=
+stop_churn
 wait_for_metric qpwatch_qps "$base" 300 || fail "held QPs not released in the agent's view"
 AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + HOLD))
 end=$(scrape end)

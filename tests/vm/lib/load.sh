@@ -4,6 +4,7 @@
 # shellcheck shell=bash
 
 CHURN=$BIN/qp-churn
+CHURN_PID=
 
 # churn NAME [qp-churn flags...]: runs the generator to its end; its JSON
 # report is $OUT/NAME.json. Fails unless it exits 0 (no failed verbs call).
@@ -14,9 +15,27 @@ churn() {
   [ "$rc" -eq 0 ] || { cat "$OUT/$name.log" >&2; head -c 2000 "$OUT/$name.json" >&2; fail "$name: qp-churn exited $rc"; }
 }
 
-# wait_phase STATUS_FILE PHASE TIMEOUT_S: until qp-churn's status file says PHASE.
+# start_churn NAME [qp-churn flags...]: the generator in the background
+# (its PID in $CHURN_PID, killed when the scenario ends), reporting its phase
+# to $OUT/NAME-status.json (see wait_phase); its report is $OUT/NAME.json.
+start_churn() {
+  local name=$1
+  shift
+  "$CHURN" --status-file "$OUT/$name-status.json" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log" &
+  CHURN_PID=$!
+  on_exit "kill -9 $CHURN_PID"
+}
+
+# wait_phase NAME PHASE TIMEOUT_S: until start_churn NAME's status file says PHASE.
 wait_phase() {
-  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$1"
+  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$OUT/$1-status.json"
+}
+
+# stop_churn: SIGTERM to start_churn's generator, expect exit 0.
+stop_churn() {
+  terminate "$CHURN_PID"
+  CHURN_PID=
+  [ "$EXIT_RC" -eq 0 ] || fail "qp-churn exited with $EXIT_RC on SIGTERM"
 }
 
 # counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"

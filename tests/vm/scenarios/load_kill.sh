@@ -10,14 +10,11 @@ before=$(scrape before)
 base_live=$(metric "$before" qpwatch_qps)
 base_kernel=$(res_count qp)
 assert_eq "baseline: live QPs == rdma res show qp" "$base_kernel" "$base_live"
-"$CHURN" --hold "$HOLD" --threads 2 --status-file "$OUT/status.json" >"$OUT/churn.json" 2>"$OUT/churn.log" &
-churn_pid=$!
-on_exit "kill -9 $churn_pid"
-wait_phase "$OUT/status.json" holding 120 || fail "qp-churn did not reach the holding phase"
+start_churn churn --hold "$HOLD" --threads 2
+wait_phase churn holding 120 || fail "qp-churn did not reach the holding phase"
 sleep 2 # the churn runs on next to the held QPs
 open_qps=$(($(res_count qp) - base_kernel))
-kill -9 "$churn_pid"
-wait "$churn_pid" 2>/dev/null || true
+kill_wait "$CHURN_PID"
 log "qp-churn killed with about $open_qps QPs open"
 [ "$open_qps" -ge "$HOLD" ] || fail "only $open_qps QPs were open"
 wait_until 60 res_count_is qp -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"

@@ -10,18 +10,16 @@ HOLD=400
 base_kernel=$(res_count qp)
 start_agent --groups qp
 # paced, so that the agent's start-up (BTF parsing) still gets CPU under emulation
-"$CHURN" --hold "$HOLD" --threads 1 --rate 100 --status-file "$OUT/status.json" >"$OUT/churn.json" 2>"$OUT/churn.log" &
-churn_pid=$!
-on_exit "kill -9 $churn_pid"
-wait_phase "$OUT/status.json" holding 120 || fail "qp-churn did not reach the holding phase"
+start_churn churn --hold "$HOLD" --threads 1 --rate 100
+wait_phase churn holding 120 || fail "qp-churn did not reach the holding phase"
 sleep 2
 kill_wait "$AGENT_PID"
 AGENT_PID=
 log "agent killed; the churn goes on"
 start_agent --groups qp
 sleep 2
-kill -USR1 "$churn_pid"
-wait_phase "$OUT/status.json" paused 60 || fail "qp-churn did not pause"
+kill -USR1 "$CHURN_PID"
+wait_phase churn paused 60 || fail "qp-churn did not pause"
 sleep 1 # the last events of the pairs in flight reach the ring buffer
 kernel_now=$(res_count qp)
 first=$(scrape paused)
@@ -33,13 +31,10 @@ done
 assert_eq "negative qpwatch_qps series" 0 "$(negative_gauges "$first")"
 adopted=$(grep -o 'adopted=[0-9]*' "$OUT/agent.log" | tail -n1)
 log "restarted agent: $adopted"
-kill -USR2 "$churn_pid"
-wait_phase "$OUT/status.json" running 30 || fail "qp-churn did not resume"
+kill -USR2 "$CHURN_PID"
+wait_phase churn running 30 || fail "qp-churn did not resume"
 sleep 1
-kill -TERM "$churn_pid"
-rc=0
-wait "$churn_pid" || rc=$?
-assert_eq "qp-churn exit status" 0 "$rc"
+stop_churn
 wait_until 60 res_count_is qp -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"
 wait_for_metric qpwatch_qps "$base_kernel" 30 || fail "live-QP gauge not back to $base_kernel"
 end=$LAST
