@@ -76,6 +76,15 @@ terminate() {
   EXIT_MS=$((($(date +%s%N) - t0) / 1000000))
 }
 
+# stop_child VAR WHAT: terminate the child whose PID is in $VAR, empty VAR,
+# and fail unless WHAT exited 0.
+stop_child() {
+  local -n pid_of_child=$1
+  terminate "$pid_of_child"
+  pid_of_child=
+  [ "$EXIT_RC" -eq 0 ] || fail "$2 exited with $EXIT_RC on SIGTERM"
+}
+
 # kill_wait PID...: SIGKILL to children, and reaps them.
 kill_wait() {
   kill -9 "$@" 2>/dev/null || true
@@ -128,9 +137,7 @@ start_agent() {
 # stop_agent: SIGTERM, expect exit 0 (how long it took: $EXIT_MS).
 stop_agent() {
   [ -n "$AGENT_PID" ] || return 0
-  terminate "$AGENT_PID"
-  AGENT_PID=
-  [ "$EXIT_RC" -eq 0 ] || fail "agent exited with $EXIT_RC on SIGTERM"
+  stop_child AGENT_PID agent
 }
 
 # reload_agent: SIGHUP; returns once the agent logs that it reloaded.

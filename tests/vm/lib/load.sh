@@ -33,9 +33,7 @@ wait_phase() {
 
 # stop_churn: SIGTERM to start_churn's generator, expect exit 0.
 stop_churn() {
-  terminate "$CHURN_PID"
-  CHURN_PID=
-  [ "$EXIT_RC" -eq 0 ] || fail "qp-churn exited with $EXIT_RC on SIGTERM"
+  stop_child CHURN_PID qp-churn
 }
 
 # counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"

@@ -27,9 +27,7 @@ start_responder() {
 
 # stop_responder: SIGTERM, expect exit 0 and the counters on stdout.
 stop_responder() {
-  terminate "$RESPONDER_PID"
-  RESPONDER_PID=
-  [ "$EXIT_RC" -eq 0 ] || fail "responder exited with $EXIT_RC on SIGTERM"
+  stop_child RESPONDER_PID responder
   jq -e . "$OUT/responder.json" >/dev/null || fail "responder printed no counters"
 }
 
