@@ -352,6 +352,7 @@ cleanup_scenario() {
   for cmd in "${ON_EXIT[@]}"; do eval "$cmd" >/dev/null 2>&1 || true; done
   if [ -n "$RESPONDER_PID" ]; then kill -9 "$RESPONDER_PID" 2>/dev/null || true; fi
   if [ -n "$EVENTS_PID" ]; then kill -INT "$EVENTS_PID" 2>/dev/null || true; fi
+  if [ -n "$BT_PID" ]; then kill -9 "$BT_PID" 2>/dev/null || true; fi
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
   pkill -x rping 2>/dev/null || true
   pkill -x rdma-probe 2>/dev/null || true

@@ -71,30 +71,7 @@ agent_churn() {
   # the first check's scrape is the one the CPU figure would miss events of
   collect_churn "$name" "$b" "events still arriving 0.5 s after the churn (CPU figure is low)"
 }
-# start_bpftrace NAME SCRIPT [ARGS...]
-start_bpftrace() {
-  local name=$1 script=$2
-  shift 2
-  BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$REPO/bench/$script" "$@" >"$OUT/bpftrace-$name.out" 2>&1 &
-  BT_PID=$!
-  wait_until 180 grep -q Attaching "$OUT/bpftrace-$name.out" || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace did not attach"; }
-  sleep 1
-  # its kprobes are in place before the churn starts
-  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
-}
-# SIGTERM, not SIGINT: a background job of a non-interactive shell starts with
-# SIGINT ignored. bpftrace prints its maps on either.
-stop_bpftrace() {
-  kill -TERM "$BT_PID"
-  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
-  local watchdog=$!
-  wait "$BT_PID" || true
-  kill "$watchdog" 2>/dev/null || true
-  BT_PID=
-}
-on_exit '[ -z "$BT_PID" ] || kill -9 $BT_PID'
-
-AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
+AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()

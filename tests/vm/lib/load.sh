@@ -1,10 +1,12 @@
 # Load and benchmark helpers of tests/vm/lib.sh (the load_* scenarios and the
-# benchmarks in tests/vm/bench/): the qp-churn generator, a process's CPU time
-# and memory, and figures. Sourced by tests/vm/lib.sh only.
+# benchmarks in tests/vm/bench/): the qp-churn generator, bpftrace as a
+# reference, a process's CPU time and memory, and figures. Sourced by
+# tests/vm/lib.sh only.
 # shellcheck shell=bash
 
 CHURN=$BIN/qp-churn
 CHURN_PID=
+BT_PID=
 
 # churn NAME [qp-churn flags...]: runs the generator to its end; its JSON
 # report is $OUT/NAME.json. Fails unless it exits 0 (no failed verbs call).
@@ -34,6 +36,33 @@ wait_phase() {
 # stop_churn: SIGTERM to start_churn's generator, expect exit 0.
 stop_churn() {
   stop_child CHURN_PID qp-churn
+}
+
+# start_bpftrace NAME SCRIPT [ARGS...]: bpftrace running SCRIPT (a path, or a
+# file name in bench/) in the background, its output in $OUT/bpftrace-NAME.out,
+# its PID in $BT_PID; returns once its kprobes are in place (every script here
+# hooks ib_create_qp_user).
+start_bpftrace() {
+  local name=$1 script=$2
+  shift 2
+  [[ $script == */* ]] || script=$REPO/bench/$script
+  BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$script" "$@" >"$OUT/bpftrace-$name.out" 2>&1 &
+  BT_PID=$!
+  wait_until 180 grep -q Attaching "$OUT/bpftrace-$name.out" || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace did not attach"; }
+  sleep 1
+  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
+}
+
+# stop_bpftrace NAME: SIGTERM, so that bpftrace prints its maps (not SIGINT: a
+# background job of a non-interactive shell starts with SIGINT ignored);
+# SIGKILL if it has not exited 20 s later.
+stop_bpftrace() {
+  kill -TERM "$BT_PID"
+  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
+  local watchdog=$!
+  wait "$BT_PID" || true
+  kill "$watchdog" 2>/dev/null || true
+  BT_PID=
 }
 
 # counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"
