@@ -1,10 +1,22 @@
-# Helpers for guest scenarios. Sourced by tests/vm/guest.sh before each scenario.
-# Every scenario runs with: set -euo pipefail, $REPO (repository root),
-# $OUT (this scenario's output directory), $BIN (release binaries).
+# The VM test bed's one library: every helper of the guest scenarios
+# (tests/vm/scenarios/*.sh) and of the benchmarks' guest halves
+# (tests/vm/bench/*.sh). tests/vm/guest.sh sources it before each of them;
+# it sources its topic files from tests/vm/lib/ (rdma-probe, qp-churn and
+# benchmark figures). Every scenario runs with: set -euo pipefail, $REPO
+# (repository root), $OUT (this scenario's output directory), $BIN (release
+# binaries).
+# shellcheck shell=bash
+# shellcheck source-path=SCRIPTDIR
+[ -z "${QPWATCH_VM_LIB:-}" ] || return 0 # sourced once: a second time would reset ON_EXIT
+QPWATCH_VM_LIB=1
 
 AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
 RXE_ADDR=198.18.0.1
 AGENT_PID=
+EVENTS_PID=
+RPING_PIDS=
+
+# --- basics
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -13,37 +25,175 @@ fail() {
   exit 1
 }
 
-# start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
-start_agent() {
-  local log_file="$OUT/agent.log" config=(--config /dev/null) # hermetic: never /etc/qpwatch
+assert_eq() {
+  local what=$1 expected=$2 actual=$3
+  if [ "$expected" != "$actual" ]; then
+    fail "$what: expected $expected, got $actual"
+  fi
+  log "ok: $what = $actual"
+}
+
+# expect_json FILE, then lines "label :: expected :: jq filter" on stdin:
+# evaluates every filter in ONE jq run (each jq start costs seconds under
+# TCG) and asserts each result.
+expect_json() {
+  local file=$1 line labels=() wanted=() prog='' i=0 rest results=()
+  while IFS= read -r line; do
+    [ -z "${line// /}" ] && continue
+    labels+=("${line%% :: *}")
+    rest=${line#* :: }
+    wanted+=("${rest%% :: *}")
+    prog+="([${rest#* :: }] | if length == 1 then .[0] else . end | tostring),"
+  done
+  mapfile -t results < <(jq -r "${prog%,}" "$file") || fail "jq failed on $file"
+  for ((i = 0; i < ${#labels[@]}; i++)); do
+    assert_eq "${labels[i]}" "${wanted[i]}" "${results[i]-<none>}"
+  done
+}
+
+# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
+# (a deadline, not a retry count: commands are slow under emulation), every
+# $WAIT_INTERVAL seconds (0.1; set it on the call for slow checks).
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  while :; do
+    "$@" && return 0
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep "${WAIT_INTERVAL:-0.1}"
+  done
+}
+
+# terminate PID [SIGNAL]: sends SIGNAL (TERM) to a child and waits for it; its
+# exit status is left in $EXIT_RC, the time from the signal to the exit in $EXIT_MS.
+terminate() {
+  local t0
+  t0=$(date +%s%N)
+  kill -"${2:-TERM}" "$1"
+  EXIT_RC=0
+  wait "$1" || EXIT_RC=$?
+  # shellcheck disable=SC2034 # for the callers
+  EXIT_MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# stop_child VAR WHAT: terminate the child whose PID is in $VAR, empty VAR,
+# and fail unless WHAT exited 0.
+stop_child() {
+  local -n pid_of_child=$1
+  terminate "$pid_of_child"
+  pid_of_child=
+  [ "$EXIT_RC" -eq 0 ] || fail "$2 exited with $EXIT_RC on SIGTERM"
+}
+
+# kill_wait PID...: SIGKILL to children, and reaps them.
+kill_wait() {
+  kill -9 "$@" 2>/dev/null || true
+  wait "$@" 2>/dev/null || true
+}
+
+# on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
+ON_EXIT=()
+on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
+
+# --- the agent
+
+# launch_agent [extra qpwatch flags...]: starts the agent in the background
+# (its PID in $AGENT_PID, its log in $OUT/agent.log) and returns at once.
+launch_agent() {
+  local config=(--config /dev/null) # hermetic: never /etc/qpwatch
   [[ " $* " == *" --config "* ]] && config=()
-  "$BIN/qpwatch" "${config[@]}" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$log_file" 2>&1 &
+  "$BIN/qpwatch" "${config[@]}" --listen "$AGENT_ADDR" --log-level "${AGENT_LOG_LEVEL:-info}" "$@" >>"$OUT/agent.log" 2>&1 &
   AGENT_PID=$!
+}
+
+# agent_get PATH: the agent answers GET PATH (/readyz, /healthz) with a 2xx.
+agent_get() { curl -fsS -o /dev/null "http://$AGENT_ADDR$1" 2>/dev/null; }
+
+# wait_agent_ready [TIMEOUT_S]: until /readyz answers (60 s); fails, with the
+# agent's log, if the agent exits or the time is up.
+wait_agent_ready() {
   local start=$SECONDS
-  while [ $((SECONDS - start)) -lt 60 ]; do
-    if curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; then
+  while [ $((SECONDS - start)) -lt "${1:-60}" ]; do
+    if agent_get /readyz; then
       log "agent ready (pid $AGENT_PID) after $((SECONDS - start)) s"
       return 0
     fi
     if ! kill -0 "$AGENT_PID" 2>/dev/null; then
-      cat "$log_file" >&2
+      cat "$OUT/agent.log" >&2
       fail "agent exited during start-up"
     fi
     sleep 0.1
   done
-  cat "$log_file" >&2
-  fail "agent not ready after 60 s"
+  cat "$OUT/agent.log" >&2
+  fail "agent not ready after ${1:-60} s"
 }
 
-# stop_agent: SIGTERM, expect exit 0.
+# start_agent [extra qpwatch flags...]: starts the agent and waits for /readyz.
+start_agent() {
+  launch_agent "$@"
+  wait_agent_ready 60
+}
+
+# stop_agent: SIGTERM, expect exit 0 (how long it took: $EXIT_MS).
 stop_agent() {
   [ -n "$AGENT_PID" ] || return 0
-  kill -TERM "$AGENT_PID"
-  local rc=0
-  wait "$AGENT_PID" || rc=$?
-  AGENT_PID=
-  [ "$rc" -eq 0 ] || fail "agent exited with $rc on SIGTERM"
+  stop_child AGENT_PID agent
 }
+
+# reload_agent: SIGHUP; returns once the agent logs that it reloaded.
+reload_agent() {
+  local done='SIGHUP: configuration reloaded' before
+  before=$(grep -c "$done" "$OUT/agent.log" || true)
+  kill -HUP "$AGENT_PID"
+  # shellcheck disable=SC2016 # bash -c's own arguments
+  wait_until 30 bash -c '[ "$(grep -c "$1" "$2")" -gt "$3" ]' _ "$done" "$OUT/agent.log" "$before" || fail "no reload"
+}
+
+# probe_target NAME ADDRESS INTERVAL_S PINGS TIMEOUT_S [EXTRA_LINE]: a
+# [[targets]] table of the agent's configuration file, on stdout.
+probe_target() {
+  printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = %s\njitter = 0\npings = %s\ntimeout_seconds = %s\n' "${@:1:5}"
+  [ -z "${6:-}" ] || printf '%s\n' "$6"
+}
+
+# capset "CAP_BPF CAP_PERFMON": "-all,+bpf,+perfmon", for setpriv.
+capset() {
+  local out=-all c
+  for c in $1; do c=${c#CAP_} && out+=",+${c,,}"; done
+  echo "$out"
+}
+
+# launch_as_nobody CAPS MEMLOCK LOG AGENT_CMD...: starts the agent in the
+# background the way packaging/qpwatch.service runs it: as user nobody with
+# exactly the capabilities CAPS (ambient, inheritable and bounding), no new
+# privileges and RLIMIT_MEMLOCK MEMLOCK; output to LOG, PID in $AGENT_PID.
+launch_as_nobody() {
+  local set
+  set=$(capset "$1")
+  prlimit --memlock="$2" setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
+    --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" "${@:4}" >"$3" 2>&1 &
+  AGENT_PID=$!
+}
+
+# start_events: `qpwatch events` streaming to $OUT/events.jsonl; returns once
+# its rdma_cm hooks are attached. stop_events: SIGINT, expect exit 0.
+start_events() {
+  "$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
+  EVENTS_PID=$!
+  wait_until 60 grep -q 'hooks attached instance="rdma_cm"' "$OUT/events.log" || fail "events stream did not attach"
+}
+stop_events() {
+  kill -INT "$EVENTS_PID"
+  wait "$EVENTS_PID" || fail "events stream exited non-zero"
+  EVENTS_PID=
+}
+
+# events_cm_ids QP_NUM: the cm ids the event stream joins the QP to, one a line.
+events_cm_ids() {
+  jq -r --argjson qp "$1" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u
+}
+
+# --- the agent's metrics
 
 # scrape NAME: saves /metrics to $OUT/NAME.prom and prints the path.
 scrape() {
@@ -61,46 +211,124 @@ series_count() { awk -v sel="$2" -v mode=count -f "$REPO/tests/vm/promtext.awk" 
 # delta BEFORE AFTER SELECTOR
 delta() { echo $(($(metric "$2" "$3") - $(metric "$1" "$3"))); }
 
-assert_eq() {
-  local what=$1 expected=$2 actual=$3
-  if [ "$expected" != "$actual" ]; then
-    fail "$what: expected $expected, got $actual"
-  fi
-  log "ok: $what = $actual"
+# qp_events FILE: events received of the three QP kinds (a scrape file).
+qp_events() {
+  echo $(($(metric "$1" 'qpwatch_events_total{kind="qp_create"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_modify"}') + $(metric "$1" 'qpwatch_events_total{kind="qp_destroy"}')))
+}
+
+# negative_gauges FILE: number of qpwatch_qps series below zero.
+negative_gauges() {
+  awk '/^qpwatch_qps\{/ && $NF + 0 < 0 { n++ } END { print n + 0 }' "$1"
+}
+
+# scraped_metric OP SELECTOR N: scrapes once (the file in $LAST, the sum in
+# $LAST_VALUE) and compares the sum with N: OP is = (exactly) or -ge (at least).
+scraped_metric() {
+  LAST=$(scrape wait) || return 1
+  LAST_VALUE=$(metric "$LAST" "$2")
+  if [ "$1" = = ]; then [ "$LAST_VALUE" = "$3" ]; else test "${LAST_VALUE%.*}" "$1" "$3"; fi
 }
 
 # wait_for_metric SELECTOR EXPECTED [TIMEOUT_S]: polls until the sum equals
 # EXPECTED (events are drained asynchronously); leaves the last scrape in $LAST.
 wait_for_metric() {
-  local sel=$1 expected=$2 deadline=$((SECONDS + ${3:-30})) value=
-  while :; do
-    LAST=$(scrape "wait")
-    value=$(metric "$LAST" "$sel")
-    [ "$value" = "$expected" ] && return 0
-    [ $SECONDS -lt $deadline ] || break
-    sleep 0.2
-  done
-  log "timeout: $sel = $value, expected $expected"
+  WAIT_INTERVAL=0.2 wait_until "${3:-30}" scraped_metric = "$1" "$2" && return 0
+  log "timeout: $1 = $LAST_VALUE, expected $2"
   return 1
 }
 
 # wait_for_metric_at_least SELECTOR MIN [TIMEOUT_S]: polls until the sum is >= MIN.
 wait_for_metric_at_least() {
-  local sel=$1 min=$2 deadline=$((SECONDS + ${3:-30})) value=
-  while :; do
-    LAST=$(scrape "wait")
-    value=$(metric "$LAST" "$sel")
-    [ "${value%.*}" -ge "$min" ] && return 0
-    [ $SECONDS -lt $deadline ] || break
-    sleep 0.2
-  done
-  log "timeout: $sel = $value, expected at least $min"
+  WAIT_INTERVAL=0.2 wait_until "${3:-30}" scraped_metric -ge "$1" "$2" && return 0
+  log "timeout: $1 = $LAST_VALUE, expected at least $2"
   return 1
 }
 
-# rdma_qps JQ_FILTER: number of QPs in `rdma -j res show qp` matching a jq select.
-rdma_qps() {
-  rdma -j res show qp | jq "[.[] | select($1)] | length"
+# --- the kernel's RDMA resources (`rdma res show`)
+
+# res_count KIND [JQ_SELECT]: entries of `rdma -j res show KIND` (qp, mr,
+# cm_id), all or those matching a jq select.
+res_count() {
+  rdma -j res show "$1" | jq "[.[] | select(${2:-true})] | length"
+}
+
+# res_count_is KIND OP N [JQ_SELECT]: res_count compared with N by test's OP
+# (-eq, -ge, ...): a condition for wait_until.
+res_count_is() {
+  test "$(res_count "$1" "${4:-true}")" "$2" "$3"
+}
+
+# qp_in_rts PID: the process holds exactly one QP, in RTS.
+qp_in_rts() { res_count_is qp -eq 1 ".pid == $1 and .state == \"RTS\""; }
+
+# res_counts [JQ_SELECT]: "qp=N mr=N cm_id=N" (one jq run for all three).
+res_counts() {
+  { rdma -j res show qp; rdma -j res show mr; rdma -j res show cm_id; } |
+    jq -rs "map([.[] | select(${1:-true})] | length) | \"qp=\(.[0]) mr=\(.[1]) cm_id=\(.[2])\""
+}
+
+# res_counts_are EXPECTED [JQ_SELECT]: res_counts equals EXPECTED (what it
+# was is left in $RES_COUNTS).
+res_counts_are() { RES_COUNTS=$(res_counts "${2:-true}") && [ "$RES_COUNTS" = "$1" ]; }
+
+# wait_res_baseline WHAT EXPECTED [JQ_SELECT]: polls until res_counts equals EXPECTED.
+wait_res_baseline() {
+  if wait_until 60 res_counts_are "$2" "${3:-true}"; then
+    log "ok: $1: $RES_COUNTS"
+    return 0
+  fi
+  rdma res show qp >&2; rdma res show cm_id >&2
+  fail "$1: expected $2, got $RES_COUNTS"
+}
+
+# restore_rxe: the RDMA stack loaded and rxe0 on qpw0, as tests/vm/guest.sh
+# set them up (after a scenario unloaded them).
+restore_rxe() {
+  modprobe rdma_rxe && modprobe rdma_ucm
+  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev qpw0
+}
+
+# --- rping traffic over rxe0
+
+# cm_listening COMM: a process named COMM listens on an RDMA CM id.
+cm_listening() { res_count_is cm_id -ge 1 ".state == \"LISTEN\" and .comm == \"$1\""; }
+
+# wait_listener COMM [TIMEOUT_S]: until cm_listening COMM (30 s), or fails.
+wait_listener() {
+  wait_until "${2:-30}" cm_listening "$1" || fail "$1 server not listening"
+}
+
+# rping_once COUNT [rping client flags...]: an rping server and client
+# exchanging COUNT pings; fails unless both exit 0. Logs:
+# $OUT/rping-server.log (appended to), $OUT/rping-client.log.
+rping_once() {
+  local count=$1 server
+  shift
+  rping -s -a "$RXE_ADDR" -C "$count" >>"$OUT/rping-server.log" 2>&1 &
+  server=$!
+  wait_listener rping
+  rping -c -a "$RXE_ADDR" -C "$count" "$@" >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
+  wait "$server" || fail "rping server failed"
+}
+
+# start_rping_connection: an rping server and a client that pings until it is
+# killed; returns once both QPs are in RTS. Their PIDs are in $RPING_PIDS.
+start_rping_connection() {
+  rping -s -a "$RXE_ADDR" >>"$OUT/rping-server.log" 2>&1 &
+  RPING_PIDS=$!
+  wait_listener rping
+  rping -c -a "$RXE_ADDR" >>"$OUT/rping-client.log" 2>&1 &
+  RPING_PIDS="$RPING_PIDS $!"
+  wait_until 30 res_count_is qp -ge 2 '.comm == "rping" and .state == "RTS"' || fail "rping not connected"
+}
+
+# kill_rping_connection: SIGKILL to both ends of start_rping_connection;
+# returns once the kernel has destroyed their QPs.
+kill_rping_connection() {
+  # shellcheck disable=SC2086 # two PIDs
+  kill_wait $RPING_PIDS
+  RPING_PIDS=
+  wait_until 30 res_count_is qp -eq 0 '.comm == "rping"' || fail "the kernel kept the killed rpings' QPs"
 }
 
 # start_rping_traffic: a persistent rping server and clients connecting to it
@@ -114,26 +342,19 @@ start_rping_traffic() {
   on_exit "kill $RPING_TRAFFIC"
 }
 
-# wait_until TIMEOUT_S CMD...: retries CMD until it succeeds or the time is up
-# (a deadline, not a retry count: commands are slow under emulation).
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while :; do
-    "$@" && return 0
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-
-# on_exit CMD: runs CMD when the scenario ends, pass or fail (last added, first run).
-ON_EXIT=()
-on_exit() { ON_EXIT=("$*" "${ON_EXIT[@]}"); }
+# shellcheck source=lib/probe.sh
+source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
+# shellcheck source=lib/load.sh
+source "${BASH_SOURCE[0]%/*}/lib/load.sh"
 
 cleanup_scenario() {
   local cmd
   for cmd in "${ON_EXIT[@]}"; do eval "$cmd" >/dev/null 2>&1 || true; done
+  if [ -n "$RESPONDER_PID" ]; then kill -9 "$RESPONDER_PID" 2>/dev/null || true; fi
+  if [ -n "$EVENTS_PID" ]; then kill -INT "$EVENTS_PID" 2>/dev/null || true; fi
+  if [ -n "$BT_PID" ]; then kill -9 "$BT_PID" 2>/dev/null || true; fi
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; fi
   pkill -x rping 2>/dev/null || true
+  pkill -x rdma-probe 2>/dev/null || true
 }
 trap cleanup_scenario EXIT

@@ -7,24 +7,14 @@
 # reconcile, and a synthetic probe over rxe0 (MR registration, rdma_cm).
 # CAP_SWEEP=0 skips the sweep and runs only the minimal sets and the unit's.
 candidates="CAP_SYS_ADMIN CAP_BPF CAP_PERFMON CAP_NET_ADMIN CAP_IPC_LOCK"
-capset() {
-  local out=-all c
-  for c in $1; do out+=",+$(echo "${c#CAP_}" | tr 'A-Z' 'a-z')"; done
-  echo "$out"
-}
 table=$OUT/capabilities.md
 printf '| paranoid | capabilities | ready | hooks attached | reconcile | probe ok |\n|---|---|---|---|---|---|\n' >"$table"
 row() { # PARANOID "CAPS"
-  local set log=$OUT/agent-$1-$(echo "$2" | tr ' ' _).log ready=no attached=- total=- reconcile=no probe=0
-  set=$(capset "$2")
+  local log=$OUT/agent-$1-$(echo "$2" | tr ' ' _).log ready=no attached=- total=- reconcile=no probe=0
   sysctl -qw kernel.perf_event_paranoid="$1"
-  prlimit --memlock=unlimited setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
-    --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" \
-    "$BIN/qpwatch" run --config /dev/null --listen "$AGENT_ADDR" \
-    --responder-listen "$RXE_ADDR:9723" --target "self=$RXE_ADDR:9723" --probe-interval 2 --probe-timeout 1 --probe-pings 3 \
-    >"$log" 2>&1 &
-  AGENT_PID=$!
-  if wait_until 180 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null; then ready=yes; fi
+  launch_as_nobody "$2" unlimited "$log" "$BIN/qpwatch" run --config /dev/null --listen "$AGENT_ADDR" \
+    --responder-listen "$RXE_ADDR:9723" --target "self=$RXE_ADDR:9723" --probe-interval 2 --probe-timeout 1 --probe-pings 3
+  if wait_until 180 agent_get /readyz; then ready=yes; fi
   if curl -fsS "http://$AGENT_ADDR/metrics" -o "$OUT/cap.prom" 2>/dev/null; then
     attached=$(metric "$OUT/cap.prom" 'qpwatch_hook_attached')
     total=$(series_count "$OUT/cap.prom" 'qpwatch_hook_attached')

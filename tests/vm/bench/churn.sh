@@ -17,15 +17,12 @@
 # ring it could not read for a while), /metrics scrape time with HOLD QPs open,
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
 # vm-timeout: 2400
-source "$REPO/tests/vm/bench/load_lib.sh"
 ROUNDS=${BENCH_ROUNDS:-5}
 LC=${BENCH_LIFECYCLES:-1000}
 RAMP_LC=${BENCH_RAMP_LIFECYCLES:-2500}
 HOLD=${BENCH_HOLD:-10000}
-summary=$OUT/summary.txt table=$OUT/table.md
-: >"$summary"
+table=$OUT/table.md
 : >"$table"
-say() { echo "$*" | tee -a "$summary" >&2; }
 row() { echo "$*" >>"$table"; }
 OPS=(create modify_init modify_rtr modify_rts destroy)
 
@@ -74,30 +71,7 @@ agent_churn() {
   # the first check's scrape is the one the CPU figure would miss events of
   collect_churn "$name" "$b" "events still arriving 0.5 s after the churn (CPU figure is low)"
 }
-# start_bpftrace NAME SCRIPT [ARGS...]
-start_bpftrace() {
-  local name=$1 script=$2
-  shift 2
-  BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$REPO/bench/$script" "$@" >"$OUT/bpftrace-$name.out" 2>&1 &
-  BT_PID=$!
-  wait_until 180 grep -q Attaching "$OUT/bpftrace-$name.out" || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace did not attach"; }
-  sleep 1
-  # its kprobes are in place before the churn starts
-  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
-}
-# SIGTERM, not SIGINT: a background job of a non-interactive shell starts with
-# SIGINT ignored. bpftrace prints its maps on either.
-stop_bpftrace() {
-  kill -TERM "$BT_PID"
-  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
-  local watchdog=$!
-  wait "$BT_PID" || true
-  kill "$watchdog" 2>/dev/null || true
-  BT_PID=
-}
-on_exit '[ -z "$BT_PID" ] || kill -9 $BT_PID'
-
-AGENT_LIFECYCLES=0 B_LOST=0 BT_PID=
+AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
@@ -218,10 +192,8 @@ scrape_idle=$(median "${s0[@]}")
 mapfile -t h0 < <(scrape_ms 11 /healthz)
 healthz=$(median "${h0[@]}")
 base=$(metric "$(scrape hold-before)" qpwatch_qps)
-"$CHURN" --hold "$HOLD" --lifecycles 0 --threads 2 --status-file "$OUT/hold-status.json" >"$OUT/hold.json" 2>"$OUT/hold.log" &
-holder=$!
-on_exit "kill -9 $holder"
-wait_phase "$OUT/hold-status.json" held 900 || fail "qp-churn did not hold $HOLD QPs"
+start_churn hold --hold "$HOLD" --lifecycles 0 --threads 2
+wait_phase hold held 900 || fail "qp-churn did not hold $HOLD QPs"
 wait_for_metric qpwatch_qps $((base + HOLD)) 120 || fail "agent does not show $HOLD more live QPs"
 mapfile -t s1 < <(scrape_ms 21)
 scrape_hold=$(median "${s1[@]}")
@@ -229,9 +201,7 @@ scrape_hold_max=$(printf '%s\n' "${s1[@]}" | sort -g | tail -n1)
 bytes=$(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c)
 rss_hold=$(status_kib "$AGENT_PID" VmRSS)
 say "scrape: /healthz (HTTP alone) median $healthz ms; /metrics median $scrape_idle ms with $base live QPs; median $scrape_hold ms (max $scrape_hold_max ms, $bytes bytes) with $((base + HOLD)) live QPs; RSS then $rss_hold KiB"
-kill -TERM "$holder"
-wait "$holder" || fail "qp-churn (hold) failed"
-holder=
+stop_churn
 wait_for_metric qpwatch_qps "$base" 300 || fail "held QPs not released in the agent's view"
 AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + HOLD))
 end=$(scrape end)

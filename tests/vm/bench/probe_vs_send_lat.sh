@@ -12,15 +12,9 @@
 # Under TCG the figures move with whatever else the host runs, so the tools
 # run interleaved, ROUNDS times, and each round's ratio is printed next to the
 # ratio of the best medians.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 SIZE=${BENCH_SIZE:-64}
 ITERS=${BENCH_ITERS:-3000}
 ROUNDS=${BENCH_ROUNDS:-3}
-summary=$OUT/summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary" >&2; }
-
-listening_comm() { [ "$(res_count cm_id ".state == \"LISTEN\" and .comm == \"$1\"")" -ge 1 ]; }
 
 # perftest converts cycles to microseconds with a CPU MHz it samples at start;
 # under TCG that sampling sometimes fails (it then prints "inf"): retry.
@@ -29,7 +23,7 @@ send_lat_median_rtt() { # prints 2 x t_typical
   for attempt in 1 2 3 4; do
     ib_send_lat -R -F -s "$SIZE" -n "$ITERS" >"$OUT/ib_send_lat-server.log" 2>&1 &
     local server=$!
-    wait_until 30 listening_comm ib_send_lat || fail "ib_send_lat server not listening"
+    wait_listener ib_send_lat
     ib_send_lat -R -F -s "$SIZE" -n "$ITERS" "$RXE_ADDR" >"$OUT/ib_send_lat-client.log" 2>&1 ||
       { cat "$OUT/ib_send_lat-client.log" >&2; fail "ib_send_lat client failed"; }
     wait "$server" || fail "ib_send_lat server failed"
@@ -58,8 +52,6 @@ probe_median_rtt() {
   jq -r '.rtt.p50_ns / 1000 | . * 100 | round / 100' "$OUT/$1.json"
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
-min() { printf '%s\n' "$@" | sort -g | head -n1; }
 say "benchmark: $SIZE-byte SEND ping-pong over rxe0 (QEMU TCG guest), $ITERS iterations per run, $ROUNDS rounds"
 say "  (ib_send_lat reports RTT/2: its median RTT is 2 x t_typical)"
 lat=() busy=() events=()

@@ -2,7 +2,6 @@
 # anonymous mappings that grew, per round (a leak grows every round; allocator
 # high-water marks stop growing). Prints figures; not a pass/fail test.
 # vm-timeout: 900
-source "$REPO/tests/vm/bench/load_lib.sh"
 ROUNDS=${BENCH_ROUNDS:-4}
 start_agent --groups qp
 anon_maps() { awk '/^[0-9a-f]+-[0-9a-f]+ /{m=$1" "$6} /^Anonymous:/{if ($2>0) print m, $2}' "/proc/$AGENT_PID/smaps"; }

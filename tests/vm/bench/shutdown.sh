@@ -3,9 +3,6 @@
 # agent logs how long detaching its hooks took: each perf kprobe's release
 # waits for RCU grace periods, serialised by the kernel).
 ROUNDS=${BENCH_ROUNDS:-3}
-summary=$OUT/summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary" >&2; }
 start_rping_traffic
 say "benchmark: SIGTERM to exit during rping traffic, QEMU TCG guest, $ROUNDS rounds per set"
 for groups in qp,cm,kernel-ulp qp; do
@@ -14,13 +11,11 @@ for groups in qp,cm,kernel-ulp qp; do
     : >"$OUT/agent.log"
     start_agent --groups "$groups"
     wait_for_metric_at_least 'qpwatch_events_total' 20 120 || fail "no events"
-    t0=$(date +%s%N); kill -TERM "$AGENT_PID"; rc=0; wait "$AGENT_PID" || rc=$?; t1=$(date +%s%N); AGENT_PID=
-    [ "$rc" -eq 0 ] || fail "exit code $rc"
+    stop_agent
     hooks=$(sed -n 's/.*detached hooks=\([0-9]*\) .*/\1/p' "$OUT/agent.log" | tail -n1)
     detach=$(sed -n 's/.*detach_ms=\([0-9]*\).*/\1/p' "$OUT/agent.log" | tail -n1)
-    exits+=($(((t1 - t0) / 1000000))) detaches+=("$detach")
+    exits+=("$EXIT_MS") detaches+=("$detach")
     say "  groups=$groups round $r: exit ${exits[-1]} ms, of which detaching $hooks hooks $detach ms"
   done
-  median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   say "groups=$groups: median exit $(median "${exits[@]}") ms, median detach $(median "${detaches[@]}") ms ($hooks hooks)"
 done

@@ -1,33 +1,24 @@
 # QPs and CM ids that exist before the agent starts: a long-running rping is
 # connected first, then the agent starts; its first scrape must already show
 # what `rdma res show qp` / `rdma res show cm_id` list.
-rping -s -a "$RXE_ADDR" >"$OUT/rping-server.log" 2>&1 &
-server=$!
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN")] | length > 0' >/dev/null; }
-wait_until 20 listening || fail "rping server not listening"
-rping -c -a "$RXE_ADDR" >"$OUT/rping-client.log" 2>&1 &
-client=$!
-connected() { [ "$(rdma_qps '.comm == "rping" and .state == "RTS"')" -eq 2 ]; }
-wait_until 30 connected || fail "rping not connected"
+start_rping_connection
 
-qps=$(rdma -j res show qp | jq length)
-cm_ids=$(rdma -j res show cm_id | jq length)
+qps=$(res_count qp)
+cm_ids=$(res_count cm_id)
 rdma res show qp >"$OUT/rdma-qp.txt"; rdma res show cm_id >"$OUT/rdma-cm_id.txt"
 log "kernel lists $qps QPs and $cm_ids CM ids"
 start_agent
 first=$(scrape first)
 assert_eq "live QPs on the first scrape" "$qps" "$(metric "$first" 'qpwatch_qps')"
 assert_eq "live RTS RC QPs" 2 "$(metric "$first" 'qpwatch_qps{qp_type="RC",state="RTS"}')"
-assert_eq "GSI QP, labelled by type" "$(rdma_qps '.type == "GSI"')" "$(metric "$first" 'qpwatch_qps{qp_type="GSI"}')"
+assert_eq "GSI QP, labelled by type" "$(res_count qp '.type == "GSI"')" "$(metric "$first" 'qpwatch_qps{qp_type="GSI"}')"
 assert_eq "live CM ids on the first scrape" "$cm_ids" "$(metric "$first" 'qpwatch_cm_ids')"
-assert_eq "listening CM ids" "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length')" "$(metric "$first" 'qpwatch_cm_ids{state="LISTEN"}')"
+assert_eq "listening CM ids" "$(res_count cm_id '.state == "LISTEN"')" "$(metric "$first" 'qpwatch_cm_ids{state="LISTEN"}')"
 
-kill -9 "$client" "$server"; wait "$client" "$server" 2>/dev/null || true
-gone() { [ "$(rdma_qps '.comm == "rping"')" -eq 0 ]; }
-wait_until 30 gone || fail "kernel kept rping's QPs"
+kill_rping_connection
 wait_for_metric 'qpwatch_qps{qp_type="RC"}' 0 || fail "adopted QPs not removed on destroy"
 end=$(scrape end)
 assert_eq "destroys of adopted QPs" 2 "$(delta "$first" "$end" 'qpwatch_qp_destroyed_total{qp_type="RC"}')"
 assert_eq "untracked destroys" 0 "$(delta "$first" "$end" 'qpwatch_untracked_qp_events_total')"
-wait_for_metric 'qpwatch_cm_ids' "$(rdma -j res show cm_id | jq length)" || fail "CM id gauge does not match the kernel after exit"
+wait_for_metric 'qpwatch_cm_ids' "$(res_count cm_id)" || fail "CM id gauge does not match the kernel after exit"
 stop_agent

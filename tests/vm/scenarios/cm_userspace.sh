@@ -10,17 +10,10 @@
 # tracepoints, which pin ib_cm); ib_cm's own message counters (sysfs) must
 # agree with it.
 start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints
-"$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
-events=$!
-wait_until 60 grep -q "hooks attached instance=\"rdma_cm\"" "$OUT/events.log" || fail "events stream did not attach"
+start_events
 base=$(scrape base)
 
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN" and .comm == "rping")] | length > 0' >/dev/null; }
-rping -s -a "$RXE_ADDR" -C 5 >"$OUT/rping-server.log" 2>&1 &
-server=$!
-wait_until 20 listening || fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 5 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 5
 
 ids_base=$(metric "$base" 'qpwatch_cm_ids')
 wait_for_metric 'qpwatch_cm_ids' "$ids_base" || fail "CM ids not all destroyed"
@@ -53,7 +46,7 @@ sleep 1
 created=$(jq -r 'select(.kind == "qp_create" and .comm == "rping") | .qp_num' "$OUT/events.jsonl" | sort -u)
 assert_eq "QPs created in the event stream" 2 "$(echo "$created" | grep -c .)"
 for qp in $created; do
-  cm=$(jq -r --argjson qp "$qp" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u)
+  cm=$(events_cm_ids "$qp")
   [ -n "$cm" ] || fail "QP $qp never appears with a cm_id"
   log "ok: QP $qp joined to cm_id $(echo $cm | tr '\n' ' ')"
 done
@@ -69,5 +62,5 @@ assert_eq "REJECTED with reject reason 8 (invalid service id)" 1 "$(delta "$afte
 assert_eq "no-listener IB CM errors (ib_cma tracepoint)" 1 "$(delta "$after" "$end" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_no_listener_err"}')"
 assert_eq "IB CM REJ sent (ib_cm's counters)" 1 "$(delta "$after" "$end" 'qpwatch_ib_cm_messages_total{device="rxe0",direction="sent",message="rej"}')"
 assert_eq "events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
-kill -INT "$events"; wait "$events" || fail "events stream exited non-zero"
+stop_events
 stop_agent

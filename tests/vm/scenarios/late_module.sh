@@ -10,19 +10,14 @@ unload_stack() {
   for m in $stack; do [ -d "/sys/module/$m" ] && modprobe -r "$m"; done
   [ ! -d /sys/module/ib_core ]
 }
-restore_rxe() {
-  modprobe rdma_rxe && modprobe rdma_ucm
-  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev qpw0
-}
 on_exit restore_rxe
 unload_stack || fail "could not unload the RDMA stack: $(lsmod | grep -E 'ib_|rdma' | tr '\n' ' ')"
 log "RDMA stack unloaded"
 
 # Not start_agent: that waits for /readyz, which must stay 503 here.
-"$BIN/qpwatch" --config /dev/null --listen "$AGENT_ADDR" --module-poll-interval 1 >"$OUT/agent.log" 2>&1 &
-AGENT_PID=$!
+launch_agent --module-poll-interval 1
 wait_until 60 grep -q 'instance="rdma_cm" reason=module' "$OUT/agent.log" || fail "agent did not report the missing modules"
-curl -fsS "http://$AGENT_ADDR/healthz" -o /dev/null || fail "/healthz not 200"
+agent_get /healthz || fail "/healthz not 200"
 sleep 3 # a few module polls: nothing may load the RDMA stack meanwhile
 [ ! -d /sys/module/ib_core ] || fail "ib_core was loaded while the agent waited for it"
 status=$(curl -s -o /dev/null -w '%{http_code}' "http://$AGENT_ADDR/readyz")
@@ -36,7 +31,7 @@ log "$hooks hooks reported detached; /readyz 503"
 
 modprobe rdma_rxe
 modprobe rdma_ucm
-wait_until 60 curl -fs "http://$AGENT_ADDR/readyz" -o /dev/null || fail "not ready after modprobe"
+wait_until 60 agent_get /readyz || fail "not ready after modprobe"
 wait_until 90 grep -q 'hooks attached instance="rdma_cm"' "$OUT/agent.log" || fail "rdma_cm hooks not attached after modprobe"
 attached=$(scrape attached)
 assert_eq "hooks left detached after modprobe" 0 "$(($(series_count "$attached" 'qpwatch_hook_attached') - $(metric "$attached" 'qpwatch_hook_attached')))"
@@ -50,12 +45,7 @@ wait_for_metric 'qpwatch_qp_created_total{device="rxe0",qp_type="GSI",origin="ke
 wait_for_metric 'qpwatch_qps{device="rxe0",qp_type="GSI",state="RTS"}' 1 30 || fail "GSI QP not seen reaching RTS"
 gsi=$(scrape gsi)
 
-rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
-server=$!
-wait_until 30 bash -c 'rdma -j res show cm_id | jq -e "[.[] | select(.state == \"LISTEN\" and .comm == \"rping\")] | length > 0" >/dev/null' ||
-  fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 3 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 3
 wait_for_metric 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}' 2 60 || fail "rping destroys not seen"
 end=$(scrape end)
 assert_eq "RC QPs created" 2 "$(delta "$gsi" "$end" 'qpwatch_qp_created_total{device="rxe0",qp_type="RC",origin="user"}')"
@@ -65,6 +55,6 @@ done
 assert_eq "CONNECT_REQUEST events" 1 "$(metric "$end" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"
 assert_eq "ESTABLISHED events" 1 "$(metric "$end" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 assert_eq "live RC QPs" 0 "$(metric "$end" 'qpwatch_qps{device="rxe0",qp_type="RC"}')"
-assert_eq "live QPs (agent) vs rdma res show qp" "$(rdma_qps true)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
+assert_eq "live QPs (agent) vs rdma res show qp" "$(res_count qp)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
 assert_eq "lost events" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 stop_agent

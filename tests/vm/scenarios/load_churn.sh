@@ -12,7 +12,6 @@
 # The agent runs with --groups qp (the ib_core QP hooks these QPs go through:
 # qp-churn uses no rdma_cm); it starts several times faster under emulation.
 # vm-timeout: 600
-source "$REPO/tests/vm/bench/load_lib.sh"
 LIFECYCLES=${LOAD_LIFECYCLES:-10000}
 RING_BYTES=1048576 # the agent's default (README, --ring-buffer-bytes)
 start_agent --groups qp

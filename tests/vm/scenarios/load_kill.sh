@@ -4,25 +4,20 @@
 # sees every destroy, and the live-QP gauge returns to its baseline.
 # The agent runs with --groups qp (the ib_core QP hooks these QPs go through:
 # qp-churn uses no rdma_cm); it starts several times faster under emulation.
-source "$REPO/tests/vm/bench/load_lib.sh"
 HOLD=400
 start_agent --groups qp
 before=$(scrape before)
 base_live=$(metric "$before" qpwatch_qps)
-base_kernel=$(rdma_live_qps)
+base_kernel=$(res_count qp)
 assert_eq "baseline: live QPs == rdma res show qp" "$base_kernel" "$base_live"
-"$CHURN" --hold "$HOLD" --threads 2 --status-file "$OUT/status.json" >"$OUT/churn.json" 2>"$OUT/churn.log" &
-churn_pid=$!
-on_exit "kill -9 $churn_pid"
-wait_phase "$OUT/status.json" holding 120 || fail "qp-churn did not reach the holding phase"
+start_churn churn --hold "$HOLD" --threads 2
+wait_phase churn holding 120 || fail "qp-churn did not reach the holding phase"
 sleep 2 # the churn runs on next to the held QPs
-open_qps=$(($(rdma_live_qps) - base_kernel))
-kill -9 "$churn_pid"
-wait "$churn_pid" 2>/dev/null || true
+open_qps=$(($(res_count qp) - base_kernel))
+kill_wait "$CHURN_PID"
 log "qp-churn killed with about $open_qps QPs open"
 [ "$open_qps" -ge "$HOLD" ] || fail "only $open_qps QPs were open"
-gone() { [ "$(rdma_live_qps)" -eq "$base_kernel" ]; }
-wait_until 60 gone || fail "the kernel still lists $(rdma_live_qps) QPs"
+wait_until 60 res_count_is qp -eq "$base_kernel" || fail "the kernel still lists $(res_count qp) QPs"
 wait_for_metric qpwatch_qps "$base_live" 30 || fail "live-QP gauge not back to $base_live"
 after=$LAST
 created=$(delta "$before" "$after" 'qpwatch_qp_created_total{qp_type="RC"}')

@@ -7,7 +7,6 @@
 # is counted exactly again.
 # The agent runs with --groups qp (the ib_core QP hooks these QPs go through:
 # qp-churn uses no rdma_cm); it starts several times faster under emulation.
-source "$REPO/tests/vm/bench/load_lib.sh"
 start_agent --groups qp --ring-buffer-bytes 4096
 before=$(scrape before)
 on_exit "kill -CONT $AGENT_PID"
@@ -30,7 +29,7 @@ log "observed $observed, lost $lost (ring_buffer_full $(delta "$before" "$after"
 assert_eq "lost == kernel calls - observed" "$((kernel_calls - observed))" "$lost"
 assert_eq "malformed records" 0 "$(metric "$after" qpwatch_events_malformed_total)"
 kill -0 "$AGENT_PID" || fail "agent died"
-curl -fsS "http://$AGENT_ADDR/healthz" >/dev/null || fail "agent not healthy after the overflow"
+agent_get /healthz || fail "agent not healthy after the overflow"
 assert_eq "negative qpwatch_qps series" 0 "$(negative_gauges "$after")"
 assert_eq "tracked QPs == sum of live QPs" "$(metric "$after" qpwatch_tracked_qps)" "$(metric "$after" qpwatch_qps)"
 log "live QPs after the overflow: $(metric "$after" qpwatch_qps) (baseline $(metric "$before" qpwatch_qps); QPs whose destroy was lost stay until their number is reused)"

@@ -8,10 +8,6 @@
 stack="rdma_ucm rdma_cm ib_cm iw_cm ib_uverbs rdma_rxe ib_core"
 # consumers other scenarios may have left loaded, unloaded first
 consumers="nvme_rdma nvmet_rdma rpcrdma"
-restore_rxe() {
-  modprobe rdma_rxe && modprobe rdma_ucm
-  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev qpw0
-}
 on_exit restore_rxe
 for m in $consumers; do [ ! -d "/sys/module/$m" ] || modprobe -r "$m"; done
 refcounts() {
@@ -60,12 +56,7 @@ wait_until 60 all_attached || fail "not every hook re-attached: $(metric "$OUT/h
 back=$(scrape back)
 assert_eq "hooks attached after the reload" "$hooks" "$(metric "$back" 'qpwatch_hook_attached')"
 
-rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
-server=$!
-wait_until 30 bash -c 'rdma -j res show cm_id | jq -e "[.[] | select(.state == \"LISTEN\" and .comm == \"rping\")] | length > 0" >/dev/null' ||
-  fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 3 >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 3
 wait_for_metric 'qpwatch_qps{device="rxe0",qp_type="RC"}' 0 || fail "rping's QPs still live"
 end=$(scrape end)
 assert_eq "RC QPs created after the reload" 2 "$(delta "$back" "$end" 'qpwatch_qp_created_total{device="rxe0",qp_type="RC",origin="user"}')"
@@ -76,7 +67,7 @@ done
 assert_eq "CONNECT_REQUEST events" 1 "$(delta "$back" "$end" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"
 assert_eq "ESTABLISHED events" 1 "$(delta "$back" "$end" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 assert_eq "connect durations" 2 "$(delta "$back" "$end" 'qpwatch_cm_connect_duration_seconds_count')"
-assert_eq "live QPs (agent) vs rdma res show qp" "$(rdma_qps true)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
+assert_eq "live QPs (agent) vs rdma res show qp" "$(res_count qp)" "$(metric "$end" 'qpwatch_qps{device="rxe0"}')"
 assert_eq "events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 stop_agent
 assert_eq "module refcounts after the agent stopped" "$without" "$(refcounts)"

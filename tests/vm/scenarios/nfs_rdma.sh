@@ -20,9 +20,7 @@ mount -t tmpfs tmpfs "$EXPORT"
 on_exit "umount -l $MNT; rpc.nfsd 0; pkill -x rpc.mountd; pkill -x rpcbind; exportfs -ua; umount $EXPORT; umount /proc/fs/nfsd; umount /var/lib/nfs; modprobe -r rpcrdma nfsd nfsv4"
 
 start_agent
-"$BIN/qpwatch" events --no-reconcile >"$OUT/events.jsonl" 2>"$OUT/events.log" &
-events=$!
-wait_until 60 grep -q "hooks attached instance=\"rdma_cm\"" "$OUT/events.log" || fail "events stream did not attach"
+start_events
 idle=$(scrape idle)
 
 rpcbind -w
@@ -33,20 +31,19 @@ echo 10 >/proc/fs/nfsd/nfsv4gracetime
 echo 10 >/proc/fs/nfsd/nfsv4leasetime
 rpc.nfsd -N 3 1
 echo "rdma 20049" >/proc/fs/nfsd/portlist
-listening() { [ "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN" and (."src-addr" | endswith(":20049")))] | length')" -ge 2 ]; }
-wait_until 30 listening || fail "svcrdma not listening on port 20049"
+wait_until 30 res_count_is cm_id -ge 2 '.state == "LISTEN" and (."src-addr" | endswith(":20049"))' || fail "svcrdma not listening on port 20049"
 rdma res show cm_id >"$OUT/cm-listen.txt"
-wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length')" ||
+wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(res_count cm_id '.state == "LISTEN"')" ||
   fail "listening CM ids not all counted"
 base=$(scrape base)
 assert_eq "rdma_listen calls of svcrdma's wildcard listeners (nested per device)" 4 "$(delta "$idle" "$base" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
 assert_eq "events lost while listening" 0 "$(metric "$base" 'qpwatch_events_lost_total')"
 
-kernel_rc_base=$(rdma_qps '.type == "RC"')
+kernel_rc_base=$(res_count qp '.type == "RC"')
 mount -t nfs4 -o proto=rdma,port=20049 198.18.0.1:/ "$MNT" || fail "NFS over RDMA mount failed"
 dd if=/dev/zero of="$MNT/file" bs=1M count=8 conv=fsync 2>"$OUT/dd.log" || fail "8 MiB write over NFS/RDMA failed"
 rdma res show qp >"$OUT/rdma-qp-mounted.txt"
-kernel_qps=$(( $(rdma_qps '.type == "RC"') - kernel_rc_base ))
+kernel_qps=$(( $(res_count qp '.type == "RC"') - kernel_rc_base ))
 assert_eq "RC QPs the kernel lists while mounted" 2 "$kernel_qps"
 wait_for_metric 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}' \
   $(( $(metric "$base" 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}') + kernel_qps )) ||
@@ -55,7 +52,7 @@ up=$(scrape mounted)
 assert_eq "kernel RC QPs created" 2 "$(delta "$base" "$up" 'qpwatch_qp_created_total{origin="kernel",qp_type="RC"}')"
 assert_eq "user QPs created" 0 "$(delta "$base" "$up" 'qpwatch_qp_created_total{origin="user"}')"
 assert_eq "rdma_create_qp calls" 2 "$(delta "$base" "$up" 'qpwatch_cm_call_duration_seconds_count{call="rdma_create_qp"}')"
-assert_eq "live RC QPs (agent) vs rdma res show qp" "$(rdma_qps '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
+assert_eq "live RC QPs (agent) vs rdma res show qp" "$(res_count qp '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
 assert_eq "live RTS RC QPs" 2 "$(( $(metric "$up" 'qpwatch_qps{qp_type="RC",state="RTS"}') - $(metric "$base" 'qpwatch_qps{qp_type="RC",state="RTS"}') ))"
 assert_eq "active connect durations (client, xprtrdma)" 1 "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
 assert_eq "passive connect durations (server, svcrdma)" 1 "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
@@ -67,8 +64,7 @@ assert_eq "ESTABLISHED (both sides: kernel consumers get it on the active side t
 assert_eq "CM errors" 0 "$(delta "$base" "$up" 'qpwatch_cm_errors_total')"
 
 umount "$MNT" || fail "umount failed"
-gone() { [ "$(rdma_qps '.type == "RC"')" -eq "$kernel_rc_base" ]; }
-wait_until 30 gone || fail "the kernel kept NFS/RDMA QPs after umount"
+wait_until 30 res_count_is qp -eq "$kernel_rc_base" '.type == "RC"' || fail "the kernel kept NFS/RDMA QPs after umount"
 wait_for_metric 'qpwatch_qps' "$(metric "$base" 'qpwatch_qps')" || fail "live-QP gauge not back to its value before the mount"
 wait_for_metric 'qpwatch_cm_ids' "$(metric "$base" 'qpwatch_cm_ids')" || fail "CM id gauge not back to its value before the mount"
 end=$(scrape end)
@@ -82,8 +78,7 @@ done
 
 # the event stream: each side's CM events on its own id, each QP joined to it
 sleep 1
-kill -INT "$events"
-wait "$events" || fail "events stream exited non-zero"
+stop_events
 ids_with() { jq -r --arg e "$1" 'select(.kind == "cm" and .cm_event == $e) | .cm_id' "$OUT/events.jsonl" | sort -u; }
 active=$(ids_with ADDR_RESOLVED)
 passive=$(ids_with CONNECT_REQUEST)
@@ -96,7 +91,7 @@ qps=$(jq -r 'select(.kind == "qp_create" and .origin == "kernel" and .qp_type ==
 assert_eq "kernel RC QPs in the event stream" 2 "$(echo "$qps" | grep -c .)"
 joined=""
 for qp in $qps; do
-  cm=$(jq -r --argjson qp "$qp" 'select(.qp_num == $qp and .cm_id != null) | .cm_id' "$OUT/events.jsonl" | sort -u)
+  cm=$(events_cm_ids "$qp")
   assert_eq "QP $qp joined to one cm id" 1 "$(echo "$cm" | grep -c .)"
   joined="$joined $cm"
 done

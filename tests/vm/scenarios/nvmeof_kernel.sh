@@ -35,10 +35,9 @@ start_agent
 idle=$(scrape idle)
 add_port 1 "$RXE_ADDR" 4420
 add_port 2 0.0.0.0 4421
-listeners() { rdma -j res show cm_id | jq '[.[] | select(.state == "LISTEN")] | length'; }
-wait_until 30 bash -c '[ "$(rdma -j res show cm_id | jq "[.[] | select(.state == \"LISTEN\")] | length")" -ge 2 ]' ||
+wait_until 30 res_count_is cm_id -ge 2 '.state == "LISTEN"' ||
   fail "nvmet-rdma not listening on both ports"
-wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(listeners)" || fail "listening CM ids not all counted"
+wait_for_metric 'qpwatch_cm_ids{state="LISTEN"}' "$(res_count cm_id '.state == "LISTEN"')" || fail "listening CM ids not all counted"
 listened=$(scrape listening)
 # the specific address: one call; every address: the call and one nested per device (rxe0)
 assert_eq "rdma_listen calls of the two target ports" 3 "$(delta "$idle" "$listened" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
@@ -51,14 +50,14 @@ connect_cycle() {
   local svcid=$1 base up end kernel_rc_base kernel_qps
   base=$(scrape "base-$svcid")
   on_exit "nvme disconnect -n $NQN"
-  kernel_rc_base=$(rdma_qps '.type == "RC"')
+  kernel_rc_base=$(res_count qp '.type == "RC"')
   nvme connect -t rdma -a "$RXE_ADDR" -s "$svcid" -n "$NQN" -i 1 \
     -q nqn.2026-12.io.qpwatch:host -I 3b6a8c0e-0d5e-4c8e-9a1a-6f1f0c2b9d11 >"$OUT/nvme-connect-$svcid.log" 2>&1 ||
     { cat "$OUT/nvme-connect-$svcid.log"; fail "nvme connect to port $svcid failed"; }
   wait_until 30 bash -c 'ls /sys/class/nvme/*/subsysnqn >/dev/null 2>&1' || fail "no NVMe controller (port $svcid)"
   rdma res show qp >"$OUT/rdma-qp-$svcid.txt"
   # host (nvme_rdma) and target (nvmet_rdma) QPs: admin + 1 I/O queue each side
-  kernel_qps=$(( $(rdma_qps '.type == "RC"') - kernel_rc_base ))
+  kernel_qps=$(( $(res_count qp '.type == "RC"') - kernel_rc_base ))
   log "port $svcid: rdma res show qp lists $kernel_qps new kernel RC QPs"
   [ "$kernel_qps" -ge 4 ] || fail "expected at least 4 NVMe-oF QPs, saw $kernel_qps"
   wait_until 30 bash -c 'ls /dev/nvme*n1 >/dev/null 2>&1' || fail "no NVMe namespace (port $svcid)"
@@ -76,15 +75,14 @@ connect_cycle() {
   assert_eq "$svcid: INIT→RTR transitions" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_qp_transition_duration_seconds_count{from="INIT",to="RTR"}')"
   assert_eq "$svcid: RTR→RTS transitions" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_qp_transition_duration_seconds_count{from="RTR",to="RTS"}')"
   assert_eq "$svcid: live RTS RC QPs" "$kernel_qps" "$(( $(metric "$up" 'qpwatch_qps{qp_type="RC",state="RTS"}') - $(metric "$base" 'qpwatch_qps{qp_type="RC",state="RTS"}') ))"
-  assert_eq "$svcid: live RC QPs (agent) vs rdma res show qp" "$(rdma_qps '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
+  assert_eq "$svcid: live RC QPs (agent) vs rdma res show qp" "$(res_count qp '.type == "RC"')" "$(metric "$up" 'qpwatch_qps{qp_type="RC"}')"
   assert_eq "$svcid: passive connects (target side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
   assert_eq "$svcid: active connects (host side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
   assert_eq "$svcid: CONNECT_REQUEST events (target side)" "$(( kernel_qps / 2 ))" "$(delta "$base" "$up" 'qpwatch_cm_events_total{event="CONNECT_REQUEST"}')"
   assert_eq "$svcid: ESTABLISHED events (both sides have kernel QPs)" "$kernel_qps" "$(delta "$base" "$up" 'qpwatch_cm_events_total{event="ESTABLISHED"}')"
 
   nvme disconnect -n "$NQN" >"$OUT/nvme-disconnect-$svcid.log" 2>&1 || fail "nvme disconnect failed (port $svcid)"
-  KERNEL_RC_BASE=$kernel_rc_base
-  wait_until 30 bash -c '[ "$(rdma -j res show qp | jq "[.[] | select(.type == \"RC\")] | length")" -eq "$KERNEL_RC_BASE" ]' ||
+  wait_until 30 res_count_is qp -eq "$kernel_rc_base" '.type == "RC"' ||
     fail "kernel kept NVMe-oF QPs after disconnect (port $svcid)"
   wait_for_metric 'qpwatch_qps{qp_type="RC"}' "$(metric "$base" 'qpwatch_qps{qp_type="RC"}')" ||
     fail "live-QP gauge did not return to its value before connect (port $svcid)"
@@ -95,7 +93,6 @@ connect_cycle() {
   assert_eq "$svcid: untracked QP events" 0 "$(delta "$base" "$end" 'qpwatch_untracked_qp_events_total')"
   assert_eq "$svcid: events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 }
-export KERNEL_RC_BASE
 connect_cycle 4420
 connect_cycle 4421
 stop_agent

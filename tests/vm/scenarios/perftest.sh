@@ -12,25 +12,21 @@
 # same thread, so this also checks nested calls of one hook.
 # vm-timeout: 600
 start_agent
-ref=$OUT/reference.out
+ref=$OUT/bpftrace-reference.out
 cat >"$OUT/reference.bt" <<'EOF'
 kretprobe:ib_create_qp_user /retval < 0xfffffffffffff000/ { @created[comm] = count(); }
 kprobe:ib_destroy_qp_user { @destroy_calls[comm] = count(); }
 kretprobe:ib_destroy_qp_user /retval == 0/ { @destroyed[comm] = count(); }
 kprobe:rdma_listen { @listen_calls[comm] = count(); }
 EOF
-bpftrace "$OUT/reference.bt" >"$ref" 2>&1 &
-BT_PID=$!
-on_exit "kill -9 $BT_PID"
-wait_until 180 grep -q Attaching "$ref" || { cat "$ref" >&2; fail "bpftrace did not attach"; }
-sleep 1
+start_bpftrace reference "$OUT/reference.bt"
 
 base=$(scrape base)
 tests="ib_send_lat ib_write_lat ib_read_lat ib_send_bw"
 # listening TEST CM: the server is ready for its client
 listening() {
   if [ -n "$2" ]; then
-    rdma -j res show cm_id | jq -e --arg c "$1" '[.[] | select(.state == "LISTEN" and .comm == $c)] | length > 0' >/dev/null
+    cm_listening "$1"
   else
     ss -Hltn 'sport = :18515' | grep -q .
   fi
@@ -56,8 +52,7 @@ for t in $tests; do
   done
 done
 
-kill -TERM "$BT_PID"
-wait "$BT_PID" || true
+stop_bpftrace reference
 end=$(scrape end)
 # bpftrace's maps: "@created[ib_send_lat]: 6"
 reference() { sed -n "s/^@$1\[$2\]: //p" "$ref"; }

@@ -12,15 +12,7 @@ listen = "$AGENT_ADDR"
 [responder]
 listen = "$RXE_ADDR:9723"
 CFG
-  [ "$1" = with-target ] && cat >>"$cfg" <<CFG
-[[targets]]
-name = "self"
-address = "$RXE_ADDR:9723"
-interval_seconds = 3
-jitter = 0
-pings = $N
-timeout_seconds = 2
-CFG
+  [ "$1" = with-target ] && probe_target self "$RXE_ADDR:9723" 3 "$N" 2 >>"$cfg"
   return 0
 }
 write_config with-target
@@ -31,11 +23,9 @@ assert_eq "probe up" 1 "$(metric "$up" 'qpwatch_probe_up{target="self"}')"
 
 # stop probing (SIGHUP with the target removed); the responder stays
 write_config without-target
-kill -HUP "$AGENT_PID"
-wait_until 30 grep -q "SIGHUP: configuration reloaded" "$OUT/agent.log" || fail "no reload"
+reload_agent
 wait_for_metric 'qpwatch_responder_active_connections' 0 30 || fail "responder connections still open"
-no_probe_qps() { [ "$(rdma_qps '.type == "RC"')" -eq 0 ]; }
-wait_until 30 no_probe_qps || fail "probe QPs left behind"
+wait_until 30 res_count_is qp -eq 0 '.type == "RC"' || fail "probe QPs left behind"
 sleep 6 # the last probe's cross-check waits for its kernel events
 end=$(scrape end)
 K=$(metric "$end" 'qpwatch_responder_connections_total{event="established"}')
@@ -60,4 +50,4 @@ negative=$(metric "$end" 'qpwatch_probe_kernel_userspace_skew_seconds_bucket{le=
 assert_eq "skews below -10 µs (userspace shorter than the kernel call)" 0 "$negative"
 assert_eq "target removed: no up gauge" 0 "$(series_count "$end" 'qpwatch_probe_up')"
 stop_agent
-wait_until 20 bash -c '[ "$(rdma -j res show cm_id | jq length)" -eq 0 ]' || fail "responder cm_ids left behind"
+wait_until 20 res_count_is cm_id -eq 0 || fail "responder cm_ids left behind"

@@ -1,7 +1,6 @@
 # rdma-probe over rxe0, responder and requester in the guest: K one-shot
 # probes of N pings each, then persistent mode; exact counts from the probe's
 # JSON, the responder's counters and the kernel's `rdma res` view.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 K=5
 N=10
 base=$(res_counts)
@@ -50,7 +49,7 @@ EOF2
   >"$OUT/persistent-live.json" &
 live=$!
 rts_qps=".state == \"RTS\" and (.pid == $live or .comm == \"rdma-responder\")"
-wait_until 30 bash -c "[ \"\$(rdma -j res show qp | jq '[.[] | select($rts_qps)] | length')\" -eq 2 ]" ||
+wait_until 30 res_count_is qp -eq 2 "$rts_qps" ||
   fail "probe and responder QPs not both in RTS"
 rdma -j res show qp >"$OUT/res-qp-live.json"
 wait "$live" || fail "live persistent probe failed"

@@ -2,7 +2,6 @@
 # killed requester (kernel sends the DREQ) and a frozen one (no DREQ: only the
 # idle timeout frees it) must not disturb the others, and every connection's
 # resources are freed.
-source "$REPO/rdma-probe/tests/vm_helpers.sh"
 base=$(res_counts)
 log "baseline: $base"
 start_responder --idle-timeout-ms 4000
@@ -29,16 +28,14 @@ wait_res_baseline "after concurrent probes" "$listening"
 
 # A requester frozen mid-connection (no DREQ ever comes) and one killed
 # mid-connection, while a third keeps probing.
-rts_of() { [ "$(rdma -j res show qp | jq "[.[] | select(.pid == $1 and .state == \"RTS\")] | length")" -eq 1 ]; }
 "$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --count 1000 --interval-ms 50 --timeout-ms 5000 >/dev/null 2>&1 &
 frozen=$!
 "$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --count 1000 --interval-ms 50 --timeout-ms 5000 >/dev/null 2>&1 &
 killed=$!
-wait_until 60 rts_of $frozen || fail "frozen requester not connected"
-wait_until 60 rts_of $killed || fail "killed requester not connected"
+wait_until 60 qp_in_rts $frozen || fail "frozen requester not connected"
+wait_until 60 qp_in_rts $killed || fail "killed requester not connected"
 kill -STOP $frozen
-kill -KILL $killed
-wait $killed 2>/dev/null || true
+kill_wait $killed
 "$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --probes 2 --count $N --timeout-ms 5000 --json >"$OUT/during.json" ||
   fail "probe failed while a requester is frozen: $(cat "$OUT/during.json")"
 expect_json "$OUT/during.json" <<EOF2
@@ -46,11 +43,10 @@ probes ok next to a frozen requester :: 2 :: .results.ok
 EOF2
 # The responder's side of the frozen requester's connection goes after the
 # idle timeout (4 s); the frozen process still holds its own QP.
-wait_until 30 bash -c "[ \"\$(rdma -j res show qp | jq '[.[] | select(.comm == \"rdma-responder\")] | length')\" -eq 0 ]" ||
+wait_until 30 res_count_is qp -eq 0 '.comm == "rdma-responder"' ||
   fail "responder kept the frozen requester's connection"
 log "ok: responder dropped the frozen requester's connection"
-kill -KILL $frozen
-wait $frozen 2>/dev/null || true
+kill_wait $frozen
 wait_res_baseline "after the vanished requesters" "$listening"
 
 # Persistent mode survives a responder restart: round 1 connects, the
@@ -60,7 +56,7 @@ wait_res_baseline "after the vanished requesters" "$listening"
 "$PROBE" probe --target "$RXE_ADDR:$PROBE_PORT" --persistent --probes 4 --count 5 --probe-interval-ms 8000 \
   --timeout-ms 5000 --json >"$OUT/restart.json" &
 restarting=$!
-wait_until 30 rts_of $restarting || fail "restart: probe not connected"
+wait_until 30 qp_in_rts $restarting || fail "restart: probe not connected"
 stop_responder
 mv "$OUT/responder.json" "$OUT/responder-1.json"
 start_responder

@@ -26,14 +26,13 @@
 # take their first evaluations while the scenario runs.
 PROM=127.0.0.1:9090
 cfg=$OUT/qpwatch.toml
-target() { printf '[[targets]]\nname = "%s"\naddress = "%s"\ninterval_seconds = %s\njitter = 0\npings = %s\ntimeout_seconds = 1\n' "$@"; }
 {
   echo "listen = \"$AGENT_ADDR\""
   printf '[limits]\nmax_process_labels = 2\n'
   printf '[responder]\nlisten = "%s:9723"\n' "$RXE_ADDR"
-  target self "$RXE_ADDR:9723" 2 3
-  target closed "$RXE_ADDR:9999" 4 1
-  target unroutable "203.0.113.1:9723" 4 1
+  probe_target self "$RXE_ADDR:9723" 2 3 1
+  probe_target closed "$RXE_ADDR:9999" 4 1 1
+  probe_target unroutable "203.0.113.1:9723" 4 1 1
 } >"$cfg"
 
 # Prometheus (slow to start under emulation) comes up while the agent starts.
@@ -66,15 +65,7 @@ qp_errors=$!
 # else): once a second, not in a tight loop.
 prom_q() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
 prom_has() { prom_q "$1" | jq -e '.data.result | length > 0' >/dev/null 2>&1; }
-poll() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 1
-  done
-}
-poll 120 prom_has 'up{job="qpwatch"} == 1' || { tail -n 20 "$OUT/prometheus.log"; fail "Prometheus does not scrape the agent"; }
+WAIT_INTERVAL=1 wait_until 120 prom_has 'up{job="qpwatch"} == 1' || { tail -n 20 "$OUT/prometheus.log"; fail "Prometheus does not scrape the agent"; }
 log "Prometheus $(curl -fsS "http://$PROM/api/v1/status/buildinfo" | jq -r .data.version) is scraping the agent"
 
 wait "$qp_errors" || { cat "$OUT/qp_errors.log"; fail "qp_errors"; }
@@ -86,7 +77,7 @@ log "qp_errors: $(sed 's/ qp [0-9]*//' "$OUT/qp_errors.log" | sort | uniq -c | t
 warm='sum(increase(qpwatch_probe_total{target="self",result="ok"}[1m])) > 0
   and on() count(ALERTS{alertname="QpwatchProbeFailureRatioHigh"}) >= 2
   and on() count(ALERTS{alertname="QpwatchLabelOverflow",alertstate="firing"}) >= 1'
-poll 90 prom_has "$warm" || log "not warmed up after 90 s; checking anyway"
+WAIT_INTERVAL=1 wait_until 90 prom_has "$warm" || log "not warmed up after 90 s; checking anyway"
 log "successful probes, probe failure and label overflow alerts are in Prometheus"
 
 rc=0

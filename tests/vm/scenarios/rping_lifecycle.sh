@@ -9,14 +9,7 @@
 start_agent
 base=$(scrape base)
 
-rping_server() { rping -s -a "$RXE_ADDR" "$@" >>"$OUT/rping-server.log" 2>&1; }
-listening() { rdma -j res show cm_id | jq -e '[.[] | select(.state == "LISTEN" and .comm == "rping")] | length > 0' >/dev/null; }
-
-rping_server -C 5 &
-server=$!
-wait_until 20 listening || fail "rping server not listening"
-rping -c -a "$RXE_ADDR" -C 5 -v >"$OUT/rping-client.log" 2>&1 || fail "rping client failed"
-wait "$server" || fail "rping server failed"
+rping_once 5 -v
 grep -c "ping data" "$OUT/rping-client.log" | grep -qx 5 || fail "rping did not complete 5 pings"
 
 qps=2
@@ -37,22 +30,13 @@ assert_eq "modify errors" 0 "$(delta "$base" "$after" 'qpwatch_qp_modify_errors_
 assert_eq "untracked-QP events" 0 "$(delta "$base" "$after" 'qpwatch_untracked_qp_events_total')"
 
 # Phase 2: count with the kernel's netlink view while connected.
-rping_server &
-server=$!
-wait_until 20 listening || fail "rping server not listening (phase 2)"
-rping -c -a "$RXE_ADDR" >"$OUT/rping-client2.log" 2>&1 &
-client=$!
-rts_rping() { [ "$(rdma_qps '.comm == "rping" and .state == "RTS"')" -ge 2 ]; }
-wait_until 30 rts_rping || fail "rping QPs never reached RTS"
-seen=$(rdma_qps '.comm == "rping"')
+start_rping_connection
+seen=$(res_count qp '.comm == "rping"')
 rdma res show qp >"$OUT/rdma-res-qp.txt"
 log "rdma res show qp lists $seen rping QPs while connected"
 mid=$(scrape phase2-connected)
 assert_eq "live RTS QPs (agent) vs rdma res" "$seen" "$(( $(metric "$mid" 'qpwatch_qps{device="rxe0",qp_type="RC",state="RTS"}') - $(metric "$base" 'qpwatch_qps{device="rxe0",qp_type="RC",state="RTS"}') ))"
-kill -9 "$client" "$server"
-wait "$client" "$server" 2>/dev/null || true
-wait_until 30 bash -c '[ "$(rdma -j res show qp | jq "[.[] | select(.comm == \"rping\")] | length")" -eq 0 ]' ||
-  fail "kernel did not destroy the killed processes' QPs"
+kill_rping_connection
 wait_for_metric 'qpwatch_qps{device="rxe0",qp_type="RC"}' "$(metric "$base" 'qpwatch_qps{device="rxe0",qp_type="RC"}')" ||
   fail "live-QP gauge did not return to baseline"
 end=$(scrape end)

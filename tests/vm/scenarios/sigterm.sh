@@ -5,13 +5,9 @@
 start_agent
 start_rping_traffic
 wait_for_metric_at_least 'qpwatch_qp_created_total{qp_type="RC"}' 4 120 || fail "no traffic"
-t0=$(date +%s%N)
-kill -TERM "$AGENT_PID"
-rc=0
-wait "$AGENT_PID" || rc=$?
-t1=$(date +%s%N)
+terminate "$AGENT_PID"
 AGENT_PID=
-elapsed_ms=$(((t1 - t0) / 1000000))
+rc=$EXIT_RC elapsed_ms=$EXIT_MS
 log "exit after SIGTERM: rc=$rc in $elapsed_ms ms ($(grep -o 'detached hooks=[0-9]* detach_ms=[0-9]*' "$OUT/agent.log"))"
 assert_eq "exit code on SIGTERM" 0 "$rc"
 stop_timeout=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$REPO/packaging/qpwatch.service")

@@ -15,11 +15,6 @@ memlock=$(sed -n 's/^LimitMEMLOCK=//p' "$unit")
 watchdog_s=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' "$unit")
 log "ExecStart=$exec_start; capabilities: $caps; LimitMEMLOCK=$memlock; WatchdogSec=${watchdog_s}s"
 
-capset() { # "CAP_BPF CAP_PERFMON" -> "-all,+bpf,+perfmon"
-  local out=-all c
-  for c in $1; do out+=",+$(echo "${c#CAP_}" | tr 'A-Z' 'a-z')"; done
-  echo "$out"
-}
 notify_dir=$(mktemp -d /tmp/qpwatch-notify.XXXXXX) # not on 9p: no sockets there
 chmod 755 "$notify_dir"                            # the agent runs as nobody
 NOTIFY=$notify_dir/notify.sock
@@ -34,20 +29,10 @@ notify_reader=$!
 on_exit "kill $notify_reader"
 wait_until 60 test -S "$NOTIFY" || { cat "$OUT/notify.err"; fail "notify socket"; }
 
-# launch CAPS LOG: the unit's command line as nobody with CAPS
-launch() {
-  local set; set=$(capset "$1")
-  NOTIFY_SOCKET=$NOTIFY WATCHDOG_USEC=$((watchdog_s * 1000000 / 15)) \
-    prlimit --memlock="${memlock/infinity/unlimited}" \
-    setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs \
-    --inh-caps="$set" --ambient-caps="$set" --bounding-set="$set" \
-    $exec_start >>"$2" 2>&1 &
-  AGENT_PID=$!
-}
-ready() { curl -fsS "http://$AGENT_ADDR/readyz" >/dev/null 2>&1; }
-
-launch "$caps" "$OUT/agent.log"
-wait_until 90 ready || { cat "$OUT/agent.log"; fail "not ready with the unit's capabilities"; }
+# the unit's command line as nobody with the unit's capabilities
+NOTIFY_SOCKET=$NOTIFY WATCHDOG_USEC=$((watchdog_s * 1000000 / 15)) \
+  launch_as_nobody "$caps" "${memlock/infinity/unlimited}" "$OUT/agent.log" $exec_start
+wait_agent_ready 90
 log "ready as nobody with: $caps"
 grep -q '^READY=1' "$OUT/notify.log" || fail "no READY=1 from sd_notify"
 wait_until 10 grep -q '^WATCHDOG=1' "$OUT/notify.log" || fail "no WATCHDOG=1"
@@ -72,6 +57,5 @@ skew=$((now_usec - reload_usec))
 # /proc/uptime is CLOCK_BOOTTIME; without a suspend in the guest it is CLOCK_MONOTONIC
 [ "${skew#-}" -lt 1000000 ] || fail "MONOTONIC_USEC=$reload_usec is ${skew} us from the guest's clock"
 log "ok: RELOADING=1 MONOTONIC_USEC=$reload_usec (${skew} us before the check)"
-kill -TERM "$AGENT_PID"; rc=0; wait "$AGENT_PID" || rc=$?; AGENT_PID=
-assert_eq "exit code" 0 "$rc"
+stop_agent
 grep -q '^STOPPING=1' "$OUT/notify.log" || fail "no STOPPING=1"

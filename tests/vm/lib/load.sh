@@ -1,0 +1,106 @@
+# Load and benchmark helpers of tests/vm/lib.sh (the load_* scenarios and the
+# benchmarks in tests/vm/bench/): the qp-churn generator, bpftrace as a
+# reference, a process's CPU time and memory, and figures. Sourced by
+# tests/vm/lib.sh only.
+# shellcheck shell=bash
+
+CHURN=$BIN/qp-churn
+CHURN_PID=
+BT_PID=
+
+# churn NAME [qp-churn flags...]: runs the generator to its end; its JSON
+# report is $OUT/NAME.json. Fails unless it exits 0 (no failed verbs call).
+churn() {
+  local name=$1 rc=0
+  shift
+  "$CHURN" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log" || rc=$?
+  [ "$rc" -eq 0 ] || { cat "$OUT/$name.log" >&2; head -c 2000 "$OUT/$name.json" >&2; fail "$name: qp-churn exited $rc"; }
+}
+
+# start_churn NAME [qp-churn flags...]: the generator in the background
+# (its PID in $CHURN_PID, killed when the scenario ends), reporting its phase
+# to $OUT/NAME-status.json (see wait_phase); its report is $OUT/NAME.json.
+start_churn() {
+  local name=$1
+  shift
+  "$CHURN" --status-file "$OUT/$name-status.json" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log" &
+  CHURN_PID=$!
+  on_exit "kill -9 $CHURN_PID"
+}
+
+# wait_phase NAME PHASE TIMEOUT_S: until start_churn NAME's status file says PHASE.
+wait_phase() {
+  wait_until "$3" grep -qs "\"phase\":\"$2\"" "$OUT/$1-status.json"
+}
+
+# stop_churn: SIGTERM to start_churn's generator, expect exit 0.
+stop_churn() {
+  stop_child CHURN_PID qp-churn
+}
+
+# start_bpftrace NAME SCRIPT [ARGS...]: bpftrace running SCRIPT (a path, or a
+# file name in bench/) in the background, its output in $OUT/bpftrace-NAME.out,
+# its PID in $BT_PID; returns once its kprobes are in place (every script here
+# hooks ib_create_qp_user).
+start_bpftrace() {
+  local name=$1 script=$2
+  shift 2
+  [[ $script == */* ]] || script=$REPO/bench/$script
+  BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$script" "$@" >"$OUT/bpftrace-$name.out" 2>&1 &
+  BT_PID=$!
+  wait_until 180 grep -q Attaching "$OUT/bpftrace-$name.out" || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace did not attach"; }
+  sleep 1
+  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
+}
+
+# stop_bpftrace NAME: SIGTERM, so that bpftrace prints its maps (not SIGINT: a
+# background job of a non-interactive shell starts with SIGINT ignored);
+# SIGKILL if it has not exited 20 s later.
+stop_bpftrace() {
+  kill -TERM "$BT_PID"
+  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
+  local watchdog=$!
+  wait "$BT_PID" || true
+  kill "$watchdog" 2>/dev/null || true
+  BT_PID=
+}
+
+# counts FILE: "create_calls modify_calls destroy_calls kernel_calls qps_created qps_destroyed failures"
+# of a qp-churn report or status file (one jq run: jq is slow under TCG).
+counts() {
+  jq -r '.counts | "\(.create_calls) \(.modify_calls) \(.destroy_calls) \(.kernel_calls) \(.qps_created) \(.qps_destroyed) \(.create_failed + .modify_failed + .destroy_failed)"' "$1"
+}
+
+# cpu_ticks PID: user + system CPU time of a process, in clock ticks (CLK_TCK a second).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# cpu_ns PID: nanoseconds on CPU of a process's live threads (the sum of their
+# /proc/PID/task/*/schedstat run times): finer than clock ticks for runs of a
+# second. Time of threads that have exited is not in it.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+
+# ticks_to_s TICKS
+ticks_to_s() { awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'; }
+
+# status_kib PID FIELD: a /proc/PID/status field in KiB (VmRSS, VmHWM).
+status_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+
+# qp_offsets AGENT_LOG: "QP_NUM DEVICE ATTR_STATE" byte offsets of
+# ib_qp.qp_num, ib_qp.device and ib_qp_attr.qp_state, as the agent read them
+# from the running kernel's BTF (its "loading with offsets" log line).
+qp_offsets() {
+  grep -m1 'loading with offsets from BTF instance="ib_core"' "$1" | sed -E 's/.*ib_qp_device: ([0-9]+), ib_qp_qp_num: ([0-9]+),.*ib_qp_attr_qp_state: ([0-9]+),.*/\2 \1 \3/' |
+    grep -xE '[0-9]+ [0-9]+ [0-9]+'
+}
+
+# say TEXT...: a line of a benchmark's figures, to stderr and $OUT/summary.txt.
+say() { echo "$*" | tee -a "$OUT/summary.txt" >&2; }
+
+# median VALUES...: the middle value (lower middle for an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# min VALUES...: the smallest value.
+min() { printf '%s\n' "$@" | sort -g | head -n1; }
+
+# ratio A B: A / B with three decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
