@@ -54,8 +54,10 @@ reload_usec=$(sed -n 's/^RELOADING=1 MONOTONIC_USEC=\([0-9]*\)$/\1/p' "$OUT/noti
 [ -n "$reload_usec" ] || fail "RELOADING=1 without MONOTONIC_USEC: $(grep RELOADING "$OUT/notify.log")"
 now_usec=$(awk '{ printf "%.0f", $1 * 1000000 }' /proc/uptime)
 skew=$((now_usec - reload_usec))
-# /proc/uptime is CLOCK_BOOTTIME; without a suspend in the guest it is CLOCK_MONOTONIC
-[ "${skew#-}" -lt 1000000 ] || fail "MONOTONIC_USEC=$reload_usec is ${skew} us from the guest's clock"
+# /proc/uptime is CLOCK_BOOTTIME; without a suspend in the guest it is CLOCK_MONOTONIC.
+# 5 s: a loaded TCG host measured 1.38 s between the send and this check;
+# a wrong clock (realtime, or ms) is off by far more.
+[ "${skew#-}" -lt 5000000 ] || fail "MONOTONIC_USEC=$reload_usec is ${skew} us from the guest's clock"
 log "ok: RELOADING=1 MONOTONIC_USEC=$reload_usec (${skew} us before the check)"
 stop_agent
 grep -q '^STOPPING=1' "$OUT/notify.log" || fail "no STOPPING=1"
