@@ -163,17 +163,12 @@ fn parse_cli_target(s: &str) -> Result<(String, SocketAddr), String> {
     Ok((name.to_owned(), parse_target_address(addr)?))
 }
 
-fn parse_buckets(s: &str) -> Result<Vec<f64>, String> {
-    let buckets = s
-        .split(',')
-        .map(|b| {
-            b.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("{b:?} is not a number"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    check_buckets(&buckets)?;
-    Ok(buckets)
+/// One bucket bound of a `--buckets-*` list (the list is checked whole when
+/// the flags are applied).
+fn parse_bucket(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?} is not a number"))
 }
 
 /// Flags of `run` and `events`. Each overrides the config file's key of the
@@ -224,16 +219,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_process_labels: Option<usize>,
     /// `buckets.call_latency`: comma-separated upper bounds in seconds.
-    #[arg(long, value_parser = parse_buckets, value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
     pub buckets_call_latency: Option<Vec<f64>>,
     /// `buckets.dwell`.
-    #[arg(long, value_parser = parse_buckets, value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
     pub buckets_dwell: Option<Vec<f64>>,
     /// `buckets.lifetime`.
-    #[arg(long, value_parser = parse_buckets, value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
     pub buckets_lifetime: Option<Vec<f64>>,
     /// `buckets.probe_rtt`.
-    #[arg(long, value_parser = parse_buckets, value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
     pub buckets_probe_rtt: Option<Vec<f64>>,
     /// `responder.listen`: run the probe responder on ADDR[:PORT].
     #[arg(long, value_parser = parse_target_address, value_name = "ADDR[:PORT]")]
@@ -833,13 +828,26 @@ pub fn apply_flags(mut s: Settings, a: &RunArgs) -> Result<Settings, ConfigError
             *slot = check_count(v as i64, max).map_err(|m| flag_error(flag, m))?;
         }
     }
-    for (value, slot) in [
-        (&a.buckets_call_latency, &mut s.buckets.call_latency),
-        (&a.buckets_dwell, &mut s.buckets.dwell),
-        (&a.buckets_lifetime, &mut s.buckets.lifetime),
-        (&a.buckets_probe_rtt, &mut s.buckets.probe_rtt),
+    for (flag, value, slot) in [
+        (
+            "--buckets-call-latency",
+            &a.buckets_call_latency,
+            &mut s.buckets.call_latency,
+        ),
+        ("--buckets-dwell", &a.buckets_dwell, &mut s.buckets.dwell),
+        (
+            "--buckets-lifetime",
+            &a.buckets_lifetime,
+            &mut s.buckets.lifetime,
+        ),
+        (
+            "--buckets-probe-rtt",
+            &a.buckets_probe_rtt,
+            &mut s.buckets.probe_rtt,
+        ),
     ] {
         if let Some(v) = value {
+            check_buckets(v).map_err(|m| flag_error(flag, m))?;
             slot.clone_from(v);
         }
     }
@@ -1021,7 +1029,13 @@ mode = "persistent"
         assert!(cli(&["--groups", "qp,bogus"]).is_err());
         assert!(cli(&["--target", "noequals"]).is_err());
         assert!(cli(&["--target", "=198.18.0.1"]).is_err());
-        assert!(cli(&["--buckets-dwell", "2,1"]).is_err());
+        assert!(cli(&["--buckets-dwell", "1,x"]).is_err());
+        let args = cli(&["--buckets-dwell", "2,1"]).unwrap();
+        let e = apply_flags(Settings::default(), &args.run).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "command line: --buckets-dwell: buckets must be strictly increasing"
+        );
         let args = cli(&["--ring-buffer-bytes", "5000"]).unwrap();
         let e = apply_flags(Settings::default(), &args.run).unwrap_err();
         assert_eq!(e.to_string(), "command line: --ring-buffer-bytes: 5000 is not a power of two between 4096 and 1073741824");
@@ -1029,6 +1043,29 @@ mode = "persistent"
         assert!(apply_flags(Settings::default(), &args.run).is_err());
         let args = cli(&["--target", "a=198.18.0.1", "--target", "a=198.18.0.2"]).unwrap();
         assert!(apply_flags(Settings::default(), &args.run).is_err());
+    }
+
+    /// Every `--buckets-*` flag takes a comma-separated list (clap once
+    /// panicked on any valid one: the parser returned the whole list where
+    /// clap expected one value of it).
+    #[test]
+    fn bucket_flags_take_lists() {
+        let args = cli(&[
+            "--buckets-call-latency",
+            "0.001,0.01",
+            "--buckets-dwell",
+            "1, 2,3",
+            "--buckets-lifetime",
+            "5",
+            "--buckets-probe-rtt",
+            "1e-6,1e-3",
+        ])
+        .unwrap();
+        let s = apply_flags(Settings::default(), &args.run).unwrap();
+        assert_eq!(s.buckets.call_latency, vec![0.001, 0.01]);
+        assert_eq!(s.buckets.dwell, vec![1.0, 2.0, 3.0]);
+        assert_eq!(s.buckets.lifetime, vec![5.0]);
+        assert_eq!(s.buckets.probe_rtt, vec![1e-6, 1e-3]);
     }
 
     #[test]
