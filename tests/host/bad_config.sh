@@ -60,7 +60,7 @@ head -c 64 /dev/urandom | tr -d '\n' | { printf '\377'; cat; } >"$dir/binary.tom
 check "binary file" "binary.toml: (file): not UTF-8 text" "check-config BINARY" -- "$BIN" check-config "$dir/binary.toml"
 check "check-config: path and --config" "cannot be used with" "check-config a --config b" -- "$BIN" check-config a --config b
 flag_case "flag: bad listen" "--listen" --listen nonsense
-flag_case "flag: negative ring size" "invalid value '-1' for '--ring-buffer-bytes" --ring-buffer-bytes -1
+flag_case "flag: negative ring size" "--ring-buffer-bytes: -1 is not a power of two" --ring-buffer-bytes -1
 flag_case "flag: non-numeric cap" "--max-process-labels" --max-process-labels many
 flag_case "flag: ring not a power of two" "--ring-buffer-bytes: 5000 is not a power of two" --ring-buffer-bytes 5000
 flag_case "flag: unknown group" "--groups" --groups qp,bogus

@@ -6,8 +6,7 @@ use std::{net::SocketAddr, path::PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
-use super::rules::{check_target_name, parse_target_address};
-use crate::kernel::hooks::Group;
+use super::rules::parse_target_address;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -114,20 +113,13 @@ pub enum ProbeModeSetting {
     Persistent,
 }
 
-pub(super) fn parse_group(s: &str) -> Result<Group, String> {
-    Group::from_name(s).ok_or_else(|| {
-        let names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
-        format!("unknown probe group {s:?} ({})", names.join(", "))
-    })
-}
-
-/// `NAME=ADDR[:PORT]`, a probe target from the command line.
-fn parse_cli_target(s: &str) -> Result<(String, SocketAddr), String> {
+/// `NAME=ADDR[:PORT]`, a probe target from the command line (the name and
+/// the address are checked with the file's targets' rules when applied).
+fn parse_cli_target(s: &str) -> Result<(String, String), String> {
     let (name, addr) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected NAME=ADDR[:PORT]"))?;
-    check_target_name(name)?;
-    Ok((name.to_owned(), parse_target_address(addr)?))
+    Ok((name.to_owned(), addr.to_owned()))
 }
 
 /// One bucket bound of a `--buckets-*` list (the list is checked whole when
@@ -139,7 +131,10 @@ fn parse_bucket(s: &str) -> Result<f64, String> {
 }
 
 /// Flags of `run` and `events`. Each overrides the config file's key of the
-/// same name (in the section given in its help).
+/// same name (in the section given in its help). Values are checked when
+/// applied (`apply.rs`), by the file's rules: numbers are taken as
+/// `i64`, addresses as text, so that a value out of range gets the same
+/// message from a flag as from the file.
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
     /// Configuration file [default: /etc/qpwatch/qpwatch.toml, if it exists].
@@ -147,7 +142,7 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     /// `listen`: address of the HTTP endpoint [default: 127.0.0.1:9721].
     #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Option<String>,
     /// `log_level`: error, warn, info, debug, trace, or a tracing filter [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -156,8 +151,8 @@ pub struct RunArgs {
     pub log_format: Option<LogFormat>,
     /// `probes.groups`: probe groups to attach, comma-separated: qp, cm,
     /// kernel-ulp, ib-cm-tracepoints (pins ib_cm) [default: qp,cm,kernel-ulp].
-    #[arg(long, value_delimiter = ',', value_parser = parse_group, value_name = "LIST")]
-    pub groups: Option<Vec<Group>>,
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub groups: Option<Vec<String>>,
     /// `probes.strict`: exit if any hook of an enabled group does not attach.
     #[arg(long)]
     pub strict: bool,
@@ -172,43 +167,67 @@ pub struct RunArgs {
     pub module_poll_interval: Option<f64>,
     /// `probes.ring_buffer_bytes`: a power of two, at least 4096 [default: 1048576].
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
-    pub ring_buffer_bytes: Option<u32>,
+    pub ring_buffer_bytes: Option<i64>,
     /// `probes.btf_dir`: where the running kernel's BTF is [default: /sys/kernel/btf].
     #[arg(long, value_name = "DIR")]
     pub btf_dir: Option<PathBuf>,
     /// `limits.max_tracked_qps` [default: 262144].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_tracked_qps: Option<usize>,
+    pub max_tracked_qps: Option<i64>,
     /// `limits.max_device_labels` [default: 64].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_device_labels: Option<usize>,
+    pub max_device_labels: Option<i64>,
     /// `limits.max_process_labels` [default: 20].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_process_labels: Option<usize>,
+    pub max_process_labels: Option<i64>,
     /// `buckets.call_latency`: comma-separated upper bounds in seconds.
-    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_bucket,
+        value_name = "LIST",
+        allow_negative_numbers = true
+    )]
     pub buckets_call_latency: Option<Vec<f64>>,
     /// `buckets.dwell`.
-    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_bucket,
+        value_name = "LIST",
+        allow_negative_numbers = true
+    )]
     pub buckets_dwell: Option<Vec<f64>>,
     /// `buckets.lifetime`.
-    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_bucket,
+        value_name = "LIST",
+        allow_negative_numbers = true
+    )]
     pub buckets_lifetime: Option<Vec<f64>>,
     /// `buckets.probe_rtt`.
-    #[arg(long, value_delimiter = ',', value_parser = parse_bucket, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_bucket,
+        value_name = "LIST",
+        allow_negative_numbers = true
+    )]
     pub buckets_probe_rtt: Option<Vec<f64>>,
     /// `responder.listen`: run the probe responder on ADDR[:PORT].
-    #[arg(long, value_parser = parse_target_address, value_name = "ADDR[:PORT]")]
-    pub responder_listen: Option<SocketAddr>,
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub responder_listen: Option<String>,
     /// `[[targets]]`: a probe target NAME=ADDR[:PORT] (repeatable; replaces the file's targets).
     #[arg(long = "target", value_parser = parse_cli_target, value_name = "NAME=ADDR[:PORT]")]
-    pub targets: Vec<(String, SocketAddr)>,
+    pub targets: Vec<(String, String)>,
     /// Defaults for `--target`s: seconds between probes [default: 10].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub probe_interval: Option<f64>,
     /// Defaults for `--target`s: ping-pongs per probe [default: 10].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub probe_pings: Option<u32>,
+    pub probe_pings: Option<i64>,
     /// Defaults for `--target`s: timeout of every step in seconds [default: 2].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub probe_timeout: Option<f64>,

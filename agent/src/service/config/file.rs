@@ -1,10 +1,9 @@
-//! The configuration file: TOML, read up to a bound, every error at its
-//! `path:line:column` and key.
+//! The configuration file: TOML, read up to a bound, every value placed at
+//! its `path:line:column` and key for [`super::apply`], which checks it.
 
 use std::{
     fs,
     io::Read,
-    net::SocketAddr,
     ops::Range,
     path::{Path, PathBuf},
 };
@@ -13,14 +12,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    cli::{parse_group, LogFormat, ProbeModeSetting},
+    apply::{Given, Input, TargetInput},
+    cli::{LogFormat, ProbeModeSetting},
     error::{ConfigError, Origin},
-    rules::{
-        check_buckets, check_count, check_log_level, check_ring_buffer, check_seconds,
-        check_target_name, parse_target_address,
+    limits::{
+        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MODULE_POLL_INTERVAL,
+        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
+        TARGET_TIMEOUT,
     },
-    settings::{Settings, Target},
-    DEFAULT_LISTEN,
+    settings::Settings,
 };
 
 /// The most that is read of a configuration file: far above any real one
@@ -109,13 +109,8 @@ struct FileContext<'a> {
 }
 
 impl FileContext<'_> {
-    fn error(
-        &self,
-        key: impl Into<String>,
-        span: Option<Range<usize>>,
-        message: String,
-    ) -> ConfigError {
-        let origin = match span {
+    fn origin(&self, span: Option<Range<usize>>) -> Origin {
+        match span {
             Some(span) => {
                 let (line, column) = line_column(self.text, span.start);
                 Origin::File {
@@ -125,21 +120,47 @@ impl FileContext<'_> {
                 }
             }
             None => Origin::FileOnly(self.path.to_owned()),
-        };
+        }
+    }
+
+    fn error(
+        &self,
+        key: impl Into<String>,
+        span: Option<Range<usize>>,
+        message: String,
+    ) -> ConfigError {
         ConfigError {
-            origin,
+            origin: self.origin(span),
             key: key.into(),
             message,
         }
     }
 
-    fn check<T, U>(
+    /// A value at its key and position.
+    fn given<T: Clone>(&self, key: impl Into<String>, value: &Spanned<T>) -> Given<T> {
+        Given {
+            value: value.get_ref().clone(),
+            origin: self.origin(Some(value.span())),
+            key: key.into(),
+        }
+    }
+
+    fn given_opt<T: Clone>(
         &self,
         key: impl Into<String>,
-        value: &Spanned<T>,
-        check: impl FnOnce(&T) -> Result<U, String>,
-    ) -> Result<U, ConfigError> {
-        check(value.get_ref()).map_err(|m| self.error(key, Some(value.span()), m))
+        value: &Option<Spanned<T>>,
+    ) -> Option<Given<T>> {
+        value.as_ref().map(|v| self.given(key, v))
+    }
+
+    /// A bounded number, named by its row of the limits table.
+    fn limited<T: Clone>(
+        &self,
+        limit: &Limit,
+        target: Option<usize>,
+        value: &Option<Spanned<T>>,
+    ) -> Option<Given<T>> {
+        self.given_opt(limit.file_key(target), value)
     }
 }
 
@@ -158,152 +179,80 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Settings, ConfigError> {
         let inner = e.inner();
         cx.error(key, inner.span(), one_line(inner.message()))
     })?;
-    let mut s = Settings {
+    let settings = Settings {
         source: Some(path.to_owned()),
         ..Settings::default()
     };
-    if let Some(listen) = &file.listen {
-        s.listen = cx.check("listen", listen, |v| {
-            v.parse::<SocketAddr>()
-                .map_err(|_| format!("{v:?} is not ADDR:PORT"))
-        })?;
-    }
-    if let Some(level) = &file.log_level {
-        cx.check("log_level", level, |v| check_log_level(v))?;
-        s.log_level = level.get_ref().clone();
-    }
-    if let Some(format) = file.log_format {
-        s.log_format = format;
-    }
-    let p = &file.probes;
-    if let Some(groups) = &p.groups {
-        s.groups = cx.check("probes.groups", groups, |names| {
-            if names.is_empty() {
-                return Err("needs at least one group".to_owned());
-            }
-            names.iter().map(|n| parse_group(n)).collect()
-        })?;
-    }
-    s.strict = p.strict.unwrap_or(s.strict);
-    s.reconcile = p.reconcile.unwrap_or(s.reconcile);
-    s.bpf_stats = p.bpf_stats.unwrap_or(s.bpf_stats);
-    if let Some(v) = &p.module_poll_interval_seconds {
-        s.module_poll_interval = cx.check("probes.module_poll_interval_seconds", v, |v| {
-            check_seconds(*v)
-        })?;
-    }
-    if let Some(v) = &p.ring_buffer_bytes {
-        s.ring_buffer_bytes = cx.check("probes.ring_buffer_bytes", v, |v| check_ring_buffer(*v))?;
-    }
-    if let Some(dir) = &p.btf_dir {
-        s.btf_dir = dir.clone();
-    }
-    let l = &file.limits;
-    if let Some(v) = &l.max_tracked_qps {
-        s.limits.max_tracked_qps =
-            cx.check("limits.max_tracked_qps", v, |v| check_count(*v, 1 << 24))?;
-    }
-    if let Some(v) = &l.max_device_labels {
-        s.limits.max_device_labels =
-            cx.check("limits.max_device_labels", v, |v| check_count(*v, 4096))?;
-    }
-    if let Some(v) = &l.max_process_labels {
-        s.limits.max_process_labels =
-            cx.check("limits.max_process_labels", v, |v| check_count(*v, 4096))?;
-    }
-    let b = &file.buckets;
-    for (key, value, slot) in [
-        (
-            "buckets.call_latency",
-            &b.call_latency,
-            &mut s.buckets.call_latency,
-        ),
-        ("buckets.dwell", &b.dwell, &mut s.buckets.dwell),
-        ("buckets.lifetime", &b.lifetime, &mut s.buckets.lifetime),
-        ("buckets.probe_rtt", &b.probe_rtt, &mut s.buckets.probe_rtt),
-    ] {
-        if let Some(v) = value {
-            cx.check(key, v, |v| check_buckets(v))?;
-            *slot = v.get_ref().clone();
+    file.input(&cx).apply(settings)
+}
+
+impl FileConfig {
+    /// Every value with its key and position.
+    fn input(&self, cx: &FileContext) -> Input {
+        let p = &self.probes;
+        let l = &self.limits;
+        let b = &self.buckets;
+        Input {
+            listen: cx.given_opt("listen", &self.listen),
+            log_level: cx.given_opt("log_level", &self.log_level),
+            log_format: self.log_format,
+            groups: cx.given_opt("probes.groups", &p.groups),
+            strict: p.strict,
+            reconcile: p.reconcile,
+            bpf_stats: p.bpf_stats,
+            module_poll_interval: cx.limited(
+                &MODULE_POLL_INTERVAL,
+                None,
+                &p.module_poll_interval_seconds,
+            ),
+            ring_buffer_bytes: cx.limited(&RING_BUFFER_BYTES, None, &p.ring_buffer_bytes),
+            btf_dir: p.btf_dir.clone(),
+            max_tracked_qps: cx.limited(&MAX_TRACKED_QPS, None, &l.max_tracked_qps),
+            max_device_labels: cx.limited(&MAX_DEVICE_LABELS, None, &l.max_device_labels),
+            max_process_labels: cx.limited(&MAX_PROCESS_LABELS, None, &l.max_process_labels),
+            buckets_call_latency: cx.given_opt("buckets.call_latency", &b.call_latency),
+            buckets_dwell: cx.given_opt("buckets.dwell", &b.dwell),
+            buckets_lifetime: cx.given_opt("buckets.lifetime", &b.lifetime),
+            buckets_probe_rtt: cx.given_opt("buckets.probe_rtt", &b.probe_rtt),
+            responder: self.responder.as_ref().map(|r| {
+                (
+                    cx.given("responder.listen", &r.listen),
+                    r.enabled.unwrap_or(true),
+                )
+            }),
+            // the file's targets replace none: there are none before it
+            targets: (!self.targets.is_empty()).then(|| {
+                self.targets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| t.input(cx, i))
+                    .collect()
+            }),
         }
     }
-    if let Some(r) = &file.responder {
-        let listen = cx.check("responder.listen", &r.listen, |v| parse_target_address(v))?;
-        if r.enabled.unwrap_or(true) {
-            s.responder_listen = Some(listen);
-        }
-    }
-    let mut names = std::collections::HashSet::new();
-    for (i, t) in file.targets.iter().enumerate() {
+}
+
+impl FileTarget {
+    fn input(&self, cx: &FileContext, i: usize) -> TargetInput {
         let key = |k: &str| format!("targets[{i}].{k}");
-        cx.check(key("name"), &t.name, |n| check_target_name(n))?;
-        if !names.insert(t.name.get_ref().clone()) {
-            return Err(cx.error(
-                key("name"),
-                Some(t.name.span()),
-                format!("{:?} is used by another target", t.name.get_ref()),
-            ));
+        let at = Some(i);
+        TargetInput {
+            name: cx.given(key("name"), &self.name),
+            address: cx.given(key("address"), &self.address),
+            source: cx.given_opt(key("source"), &self.source),
+            device: self.device.clone(),
+            interval_seconds: cx.limited(&TARGET_INTERVAL, at, &self.interval_seconds),
+            jitter: cx.limited(&TARGET_JITTER, at, &self.jitter),
+            pings: cx.limited(&TARGET_PINGS, at, &self.pings),
+            timeout_seconds: Given {
+                value: self.timeout_seconds.as_ref().map(|v| *v.get_ref()),
+                origin: cx.origin(self.timeout_seconds.as_ref().map(Spanned::span)),
+                key: TARGET_TIMEOUT.file_key(at),
+            },
+            message_size: cx.limited(&TARGET_MESSAGE_SIZE, at, &self.message_size),
+            mode: self.mode,
         }
-        let defaults = Target::defaults(String::new(), DEFAULT_LISTEN.parse().expect("valid"));
-        let target = Target {
-            name: t.name.get_ref().clone(),
-            address: cx.check(key("address"), &t.address, |v| parse_target_address(v))?,
-            source: match &t.source {
-                Some(v) => Some(cx.check(key("source"), v, |v| {
-                    v.parse().map_err(|_| format!("{v:?} is not an IP address"))
-                })?),
-                None => None,
-            },
-            device: t.device.clone(),
-            interval: match &t.interval_seconds {
-                Some(v) => cx.check(key("interval_seconds"), v, |v| check_seconds(*v))?,
-                None => defaults.interval,
-            },
-            jitter: match &t.jitter {
-                Some(v) => cx.check(key("jitter"), v, |v| {
-                    if (0.0..1.0).contains(v) {
-                        Ok(*v)
-                    } else {
-                        Err(format!("{v} is not in [0, 1)"))
-                    }
-                })?,
-                None => defaults.jitter,
-            },
-            pings: match &t.pings {
-                Some(v) => cx.check(key("pings"), v, |v| check_count(*v, 100_000))? as u32,
-                None => defaults.pings,
-            },
-            timeout: match &t.timeout_seconds {
-                Some(v) => cx.check(key("timeout_seconds"), v, |v| check_seconds(*v))?,
-                None => defaults.timeout,
-            },
-            message_size: match &t.message_size {
-                Some(v) => cx.check(key("message_size"), v, |v| {
-                    check_count(*v, 4096).and_then(|n| {
-                        if n < 16 {
-                            Err(format!("{n} is below the 16-byte probe header"))
-                        } else {
-                            Ok(n)
-                        }
-                    })
-                })?,
-                None => defaults.message_size,
-            },
-            mode: t.mode.unwrap_or(defaults.mode),
-        };
-        if target.timeout >= target.interval {
-            return Err(cx.error(
-                key("timeout_seconds"),
-                t.timeout_seconds.as_ref().map(Spanned::span),
-                format!(
-                    "the step timeout ({:?}) must be shorter than the interval ({:?})",
-                    target.timeout, target.interval
-                ),
-            ));
-        }
-        s.targets.push(target);
     }
-    Ok(s)
 }
 
 fn one_line(message: &str) -> String {

@@ -2,27 +2,33 @@
 //! command-line flags for every key; flags win. Every error is one line that
 //! names the key and, for the file, `path:line:column`.
 //!
-//! - [`cli`]: the command line (clap);
-//! - [`file`]: the TOML file, read up to [`MAX_CONFIG_BYTES`];
-//! - [`settings`]: what the daemon runs with, and the flags over the file;
-//! - [`rules`]: the checks of values, shared by the file and the flags;
-//! - [`error`]: one-line errors naming the key or flag.
+//! - `cli`: the command line (clap);
+//! - `file`: the TOML file, read up to [`MAX_CONFIG_BYTES`];
+//! - `apply`: the one way both become [`Settings`]: each value checked
+//!   where it was given, the flags over the file;
+//! - [`limits`]: the table of bounded numbers, for keys and flags alike;
+//! - `rules`: the other checks of values, for keys and flags alike;
+//! - `settings`: what the daemon runs with, and the defaults;
+//! - `error`: one-line errors naming the key or flag.
 
 use std::path::Path;
 
+mod apply;
 mod cli;
 mod error;
 mod file;
+pub mod limits;
 mod rules;
 mod settings;
 
+pub use apply::apply_flags;
 pub use cli::{
     Cli, Command, InstallArgs, LogFormat, ProbeArgs, ProbeModeSetting, ResponderArgs, RunArgs,
 };
 pub use error::{ConfigError, Origin};
 pub use file::{parse_file, read_file, MAX_CONFIG_BYTES};
 pub use rules::{check_buckets, parse_target_address};
-pub use settings::{apply_flags, Settings, Target};
+pub use settings::{Settings, Target};
 
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9721";
@@ -110,3 +116,5 @@ mod tests {
 
 #[cfg(test)]
 mod prop;
+#[cfg(test)]
+mod same_rules;

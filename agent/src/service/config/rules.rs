@@ -1,11 +1,16 @@
-//! The checks of values: the same for the file and for the flags.
+//! The checks of values other than bounded numbers (those are in
+//! [`super::limits`]): the same function for a key of the file and for its
+//! flag, so both give the same message.
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::{IpAddr, SocketAddr};
 
 use super::DEFAULT_PROBE_PORT;
+use crate::kernel::hooks::Group;
 
-const PAGE_SIZE: u32 = 4096;
-const MAX_RING_BUFFER_BYTES: u32 = 1 << 30;
+/// `listen`: `ADDR:PORT`.
+pub(super) fn check_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("{s:?} is not ADDR:PORT"))
+}
 
 /// `ADDR` or `ADDR:PORT`, IPv4 or `[IPv6]:PORT`; the port defaults to 9723.
 pub fn parse_target_address(s: &str) -> Result<SocketAddr, String> {
@@ -17,6 +22,28 @@ pub fn parse_target_address(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an IP address or ADDR:PORT"))
 }
 
+/// A target's `source`: an IP address.
+pub(super) fn check_source(s: &str) -> Result<IpAddr, String> {
+    s.parse().map_err(|_| format!("{s:?} is not an IP address"))
+}
+
+/// Hook groups by name, at least one.
+pub(super) fn check_groups(names: &[String]) -> Result<Vec<Group>, String> {
+    if names.is_empty() {
+        return Err("needs at least one group".to_owned());
+    }
+    names
+        .iter()
+        .map(|name| {
+            Group::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+                format!("unknown probe group {name:?} ({})", names.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// A target's name, a label value.
 pub(super) fn check_target_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".to_owned());
@@ -33,6 +60,7 @@ pub(super) fn check_target_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Histogram bucket bounds: positive seconds, strictly increasing.
 pub fn check_buckets(buckets: &[f64]) -> Result<(), String> {
     if buckets.is_empty() {
         return Err("needs at least one bucket".to_owned());
@@ -44,33 +72,6 @@ pub fn check_buckets(buckets: &[f64]) -> Result<(), String> {
         return Err("buckets must be strictly increasing".to_owned());
     }
     Ok(())
-}
-
-pub(super) fn check_ring_buffer(bytes: i64) -> Result<u32, String> {
-    match u32::try_from(bytes) {
-        Ok(b) if (PAGE_SIZE..=MAX_RING_BUFFER_BYTES).contains(&b) && b.is_power_of_two() => Ok(b),
-        _ => Err(format!(
-            "{bytes} is not a power of two between {PAGE_SIZE} and {MAX_RING_BUFFER_BYTES}"
-        )),
-    }
-}
-
-pub(super) fn check_seconds(value: f64) -> Result<Duration, String> {
-    if value.is_finite() && value > 0.0 && value <= 86_400.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(format!(
-            "{value} is not a positive number of seconds (at most 86400)"
-        ))
-    }
-}
-
-pub(super) fn check_count(value: i64, max: i64) -> Result<usize, String> {
-    if (1..=max).contains(&value) {
-        Ok(value as usize)
-    } else {
-        Err(format!("{value} is not between 1 and {max}"))
-    }
 }
 
 /// A level name, or `tracing` directives each of the form `target=level`
