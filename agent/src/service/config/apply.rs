@@ -313,7 +313,7 @@ mod tests {
             ),
             (
                 &["--groups", "qp,bogus"],
-                "--groups: unknown probe group \"bogus\" (qp, cm, kernel-ulp, ib-cm-tracepoints)",
+                "--groups: unknown hook group \"bogus\" (qp, cm, kernel-ulp, ib-cm-tracepoints)",
             ),
             (
                 &["--buckets-dwell", "2,1"],

@@ -24,7 +24,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the agent: attach the probes and serve /metrics (the default).
+    /// Run the agent: attach the hooks and serve /metrics (the default).
     Run(RunArgs),
     /// Stream the decoded lifecycle events to stdout as JSON lines (no HTTP).
     Events(RunArgs),
@@ -149,26 +149,26 @@ pub struct RunArgs {
     /// `log_format` [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// `probes.groups`: probe groups to attach, comma-separated: qp, cm,
+    /// `hooks.groups`: hook groups to attach, comma-separated: qp, cm,
     /// kernel-ulp, ib-cm-tracepoints (pins ib_cm) [default: qp,cm,kernel-ulp].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub groups: Option<Vec<String>>,
-    /// `probes.strict`: exit if any hook of an enabled group does not attach.
+    /// `hooks.strict`: exit if any hook of an enabled group does not attach.
     #[arg(long)]
     pub strict: bool,
-    /// `probes.reconcile = false`: do not adopt QPs and CM ids that exist at start-up.
+    /// `hooks.reconcile = false`: do not adopt QPs and CM ids that exist at start-up.
     #[arg(long)]
     pub no_reconcile: bool,
-    /// `probes.bpf_stats`: turn on kernel.bpf_stats_enabled and export BPF run time.
+    /// `hooks.bpf_stats`: turn on kernel.bpf_stats_enabled and export BPF run time.
     #[arg(long)]
     pub bpf_stats: bool,
-    /// `probes.module_poll_interval_seconds` [default: 2].
+    /// `hooks.module_poll_interval_seconds` [default: 2].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub module_poll_interval: Option<f64>,
-    /// `probes.ring_buffer_bytes`: a power of two, at least 4096 [default: 1048576].
+    /// `hooks.ring_buffer_bytes`: a power of two, 4096 to 1073741824 [default: 1048576].
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub ring_buffer_bytes: Option<i64>,
-    /// `probes.btf_dir`: where the running kernel's BTF is [default: /sys/kernel/btf].
+    /// `hooks.btf_dir`: where the running kernel's BTF is [default: /sys/kernel/btf].
     #[arg(long, value_name = "DIR")]
     pub btf_dir: Option<PathBuf>,
     /// `limits.max_tracked_qps` [default: 262144].

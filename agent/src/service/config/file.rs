@@ -28,6 +28,13 @@ use super::{
 /// wrong path (`/dev/zero`, a log file) can make the agent read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// Sections renamed before any release, with no alias: the old name is
+/// refused with an error that names the new one.
+const RENAMED_SECTIONS: [(&str, &str); 1] = [
+    // a hook is a kernel attachment point; a probe is a synthetic RDMA probe
+    ("probes", "hooks"),
+];
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
@@ -35,7 +42,7 @@ struct FileConfig {
     log_level: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
     #[serde(default)]
-    probes: FileProbes,
+    hooks: FileHooks,
     #[serde(default)]
     limits: FileLimits,
     #[serde(default)]
@@ -47,7 +54,7 @@ struct FileConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileProbes {
+struct FileHooks {
     groups: Option<Spanned<Vec<String>>>,
     strict: Option<bool>,
     reconcile: Option<bool>,
@@ -177,7 +184,11 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Settings, ConfigError> {
             p => p.to_owned(),
         };
         let inner = e.inner();
-        cx.error(key, inner.span(), one_line(inner.message()))
+        let message = match RENAMED_SECTIONS.iter().find(|(old, _)| *old == key) {
+            Some((old, new)) => format!("`[{old}]` was renamed `[{new}]`"),
+            None => one_line(inner.message()),
+        };
+        cx.error(key, inner.span(), message)
     })?;
     let settings = Settings {
         source: Some(path.to_owned()),
@@ -189,24 +200,24 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Settings, ConfigError> {
 impl FileConfig {
     /// Every value with its key and position.
     fn input(&self, cx: &FileContext) -> Input {
-        let p = &self.probes;
+        let h = &self.hooks;
         let l = &self.limits;
         let b = &self.buckets;
         Input {
             listen: cx.given_opt("listen", &self.listen),
             log_level: cx.given_opt("log_level", &self.log_level),
             log_format: self.log_format,
-            groups: cx.given_opt("probes.groups", &p.groups),
-            strict: p.strict,
-            reconcile: p.reconcile,
-            bpf_stats: p.bpf_stats,
+            groups: cx.given_opt("hooks.groups", &h.groups),
+            strict: h.strict,
+            reconcile: h.reconcile,
+            bpf_stats: h.bpf_stats,
             module_poll_interval: cx.limited(
                 &MODULE_POLL_INTERVAL,
                 None,
-                &p.module_poll_interval_seconds,
+                &h.module_poll_interval_seconds,
             ),
-            ring_buffer_bytes: cx.limited(&RING_BUFFER_BYTES, None, &p.ring_buffer_bytes),
-            btf_dir: p.btf_dir.clone(),
+            ring_buffer_bytes: cx.limited(&RING_BUFFER_BYTES, None, &h.ring_buffer_bytes),
+            btf_dir: h.btf_dir.clone(),
             max_tracked_qps: cx.limited(&MAX_TRACKED_QPS, None, &l.max_tracked_qps),
             max_device_labels: cx.limited(&MAX_DEVICE_LABELS, None, &l.max_device_labels),
             max_process_labels: cx.limited(&MAX_PROCESS_LABELS, None, &l.max_process_labels),
@@ -321,7 +332,7 @@ mod tests {
             r#"
 listen = "0.0.0.0:9500"
 log_format = "json"
-[probes]
+[hooks]
 groups = ["qp", "cm"]
 ring_buffer_bytes = 65536
 [limits]
@@ -353,25 +364,28 @@ mode = "persistent"
     fn bad_files_name_key_and_position() {
         let cases: &[(&str, &str)] = &[
             ("lisen = \"x\"", "/etc/qpwatch/qpwatch.toml:1:1: lisen: unknown field `lisen`"),
-            ("[probes]\nring_buffer_bytes = \"big\"", ":2:21: probes.ring_buffer_bytes: invalid type: string \"big\""),
+            ("[hooks]\nring_buffer_bytes = \"big\"", ":2:21: hooks.ring_buffer_bytes: invalid type: string \"big\""),
             ("listen = \"localhost\"", ":1:10: listen: \"localhost\" is not ADDR:PORT"),
-            ("[probes]\nmodule_poll_interval_seconds = -1", ":2:32: probes.module_poll_interval_seconds: -1 is not a positive number"),
+            ("[hooks]\nmodule_poll_interval_seconds = -1", ":2:32: hooks.module_poll_interval_seconds: -1 is not a positive number"),
             ("[[targets]]\nname = \"\"\naddress = \"198.18.0.1\"", ":2:8: targets[0].name: must not be empty"),
             ("[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\ninterval_seconds = 0", ":4:20: targets[0].interval_seconds: 0 is not a positive number"),
             ("[[targets]]\nname = \"a\"\naddress = \"nowhere\"", ":3:11: targets[0].address: \"nowhere\" is not an IP address"),
-            ("[probes]\nring_buffer_bytes = 5000", ":2:21: probes.ring_buffer_bytes: 5000 is not a power of two"),
-            ("[probes]\ngroups = [\"qp\", \"rdma\"]", ":2:10: probes.groups: unknown probe group \"rdma\""),
+            ("[hooks]\nring_buffer_bytes = 5000", ":2:21: hooks.ring_buffer_bytes: 5000 is not a power of two"),
+            ("[hooks]\ngroups = [\"qp\", \"rdma\"]", ":2:10: hooks.groups: unknown hook group \"rdma\""),
             ("[limits]\nmax_tracked_qps = 0", ":2:19: limits.max_tracked_qps: 0 is not between 1"),
             ("[buckets]\ndwell = [1.0, 0.5]", ":2:9: buckets.dwell: buckets must be strictly increasing"),
             ("log_level = \"loud\"", ":1:13: log_level: \"loud\" is not a log level"),
             ("[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\n[[targets]]\nname = \"a\"\naddress = \"198.18.0.2\"", ":5:8: targets[1].name: \"a\" is used by another target"),
-            ("[probes]\nstrict = \"yes\"", ":2:10: probes.strict: invalid type: string \"yes\", expected a boolean"),
+            ("[hooks]\nstrict = \"yes\"", ":2:10: hooks.strict: invalid type: string \"yes\", expected a boolean"),
             ("listen = ", ":1:10: (syntax):"),
             ("[[targets]]\nname = \"a b\"\naddress = \"198.18.0.1\"", ":2:8: targets[0].name: \"a b\": use at most 64"),
             ("[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\ntimeout_seconds = 20", ":4:19: targets[0].timeout_seconds: the step timeout"),
             ("[responder]\nlisten = \"198.18.0.1:99999\"", ":2:10: responder.listen:"),
             ("log_format = \"yaml\"", ":1:14: log_format: unknown variant `yaml`"),
             ("[[targets]]\naddress = \"198.18.0.1\"", ":1:1: targets[0]: missing field `name`"),
+            ("[probes]\ngroups = [\"qp\"]", ":1:2: probes: `[probes]` was renamed `[hooks]`"),
+            ("listen = \"127.0.0.1:9\"\nprobes.strict = true", ":2:1: probes: `[probes]` was renamed `[hooks]`"),
+            ("probes = { strict = \"yes\" }", ":1:1: probes: `[probes]` was renamed `[hooks]`"),
         ];
         for (text, expected) in cases {
             let message = err(text);

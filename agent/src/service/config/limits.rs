@@ -3,7 +3,7 @@
 //! whichever way it came in, after the key or the flag that carried it:
 //!
 //! ```text
-//! qpwatch.toml:2:21: probes.ring_buffer_bytes: 5000 is not a power of two between 4096 and 1073741824
+//! qpwatch.toml:2:21: hooks.ring_buffer_bytes: 5000 is not a power of two between 4096 and 1073741824
 //! command line: --ring-buffer-bytes: 5000 is not a power of two between 4096 and 1073741824
 //! ```
 
@@ -27,7 +27,7 @@ pub enum Range {
 /// A bounded number: where it is set and what it may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
-    /// The file's section: `probes`, `limits`, or `targets` (a key of each
+    /// The file's section: `hooks`, `limits`, or `targets` (a key of each
     /// `[[targets]]`, named `targets[N].key` in errors).
     pub section: &'static str,
     /// The key in that section.
@@ -44,7 +44,7 @@ pub struct Limit {
 const DAY: f64 = 86_400.0;
 
 pub const RING_BUFFER_BYTES: Limit = Limit {
-    section: "probes",
+    section: "hooks",
     key: "ring_buffer_bytes",
     flag: Some("--ring-buffer-bytes"),
     // a page at least; the kernel wants a power-of-two number of pages
@@ -56,7 +56,7 @@ pub const RING_BUFFER_BYTES: Limit = Limit {
 };
 
 pub const MODULE_POLL_INTERVAL: Limit = Limit {
-    section: "probes",
+    section: "hooks",
     key: "module_poll_interval_seconds",
     flag: Some("--module-poll-interval"),
     range: Range::Seconds { max: DAY },

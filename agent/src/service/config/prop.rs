@@ -84,7 +84,7 @@ fn render(v: &Valid) -> String {
     let groups: Vec<String> = v.groups.iter().map(|g| format!("{:?}", g.name())).collect();
     let buckets: Vec<String> = v.buckets.iter().map(|b| format!("{b:e}")).collect();
     let mut text = format!(
-        "listen = \"127.0.0.1:{}\"\n\n[probes]\ngroups = [{}]\nring_buffer_bytes = {}\n\n[limits]\nmax_tracked_qps = {}\nmax_device_labels = {}\n\n[buckets]\ncall_latency = [{}]\n",
+        "listen = \"127.0.0.1:{}\"\n\n[hooks]\ngroups = [{}]\nring_buffer_bytes = {}\n\n[limits]\nmax_tracked_qps = {}\nmax_device_labels = {}\n\n[buckets]\ncall_latency = [{}]\n",
         v.port,
         groups.join(", "),
         1u64 << v.ring_shift,
@@ -116,7 +116,7 @@ proptest! {
     fn key_soup_never_panics(lines in proptest::collection::vec(
         (
             prop_oneof![
-                Just("listen"), Just("log_level"), Just("log_format"), Just("[probes]"),
+                Just("listen"), Just("log_level"), Just("log_format"), Just("[hooks]"), Just("[probes]"),
                 Just("groups"), Just("ring_buffer_bytes"), Just("[limits]"), Just("max_tracked_qps"),
                 Just("[buckets]"), Just("dwell"), Just("[[targets]]"), Just("name"), Just("address"),
                 Just("timeout_seconds"), Just("interval_seconds"), Just("jitter"), Just("[responder]"),
@@ -173,7 +173,7 @@ proptest! {
     ) {
         let text = render(&v);
         let (key, line_prefix, replacement) = match which {
-            0 => ("probes.ring_buffer_bytes", "ring_buffer_bytes = ", bad_ring.to_string()),
+            0 => ("hooks.ring_buffer_bytes", "ring_buffer_bytes = ", bad_ring.to_string()),
             1 => ("limits.max_tracked_qps", "max_tracked_qps = ", bad_count.to_string()),
             _ => ("listen", "listen = ", "\"127.0.0.1\"".to_owned()),
         };

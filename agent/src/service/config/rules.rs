@@ -37,7 +37,7 @@ pub(super) fn check_groups(names: &[String]) -> Result<Vec<Group>, String> {
         .map(|name| {
             Group::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
-                format!("unknown probe group {name:?} ({})", names.join(", "))
+                format!("unknown hook group {name:?} ({})", names.join(", "))
             })
         })
         .collect()

@@ -124,8 +124,8 @@ fn file_and_flags_share_the_other_rules() {
         ("listen = \"nonsense\"", "listen", &["--listen", "nonsense"], "--listen"),
         ("log_level = \"loud\"", "log_level", &["--log-level", "loud"], "--log-level"),
         (
-            "[probes]\ngroups = [\"qp\", \"bogus\"]",
-            "probes.groups",
+            "[hooks]\ngroups = [\"qp\", \"bogus\"]",
+            "hooks.groups",
             &["--groups", "qp,bogus"],
             "--groups",
         ),
