@@ -35,15 +35,15 @@ flag_case() { # KIND EXPECTED FLAGS...
   check "$kind" "$expected" "$*" -- "$BIN" run --config /dev/null "$@"
 }
 file_case "unknown key" "qpwatch.toml:1:1: lisen: unknown field" 'lisen = "127.0.0.1:9721"'
-file_case "wrong type" "qpwatch.toml:2:21: probes.ring_buffer_bytes: invalid type" '[probes]\nring_buffer_bytes = "big"'
+file_case "wrong type" "qpwatch.toml:2:21: hooks.ring_buffer_bytes: invalid type" '[hooks]\nring_buffer_bytes = "big"'
 file_case "bad listen address" "qpwatch.toml:1:10: listen:" 'listen = "localhost"'
-file_case "negative interval" "qpwatch.toml:2:32: probes.module_poll_interval_seconds: -1" '[probes]\nmodule_poll_interval_seconds = -1'
+file_case "negative interval" "qpwatch.toml:2:32: hooks.module_poll_interval_seconds: -1" '[hooks]\nmodule_poll_interval_seconds = -1'
 file_case "empty target name" "qpwatch.toml:2:8: targets[0].name: must not be empty" '[[targets]]\nname = ""\naddress = "198.18.0.1"'
 file_case "zero target interval" "qpwatch.toml:4:20: targets[0].interval_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ninterval_seconds = 0'
 file_case "target not an IP" "qpwatch.toml:3:11: targets[0].address" '[[targets]]\nname = "a"\naddress = "nowhere"'
 file_case "duplicate target" "qpwatch.toml:5:8: targets[1].name" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\n[[targets]]\nname = "a"\naddress = "198.18.0.2"'
-file_case "ring not a power of two" "qpwatch.toml:2:21: probes.ring_buffer_bytes: 5000" '[probes]\nring_buffer_bytes = 5000'
-file_case "unknown probe group" "qpwatch.toml:2:10: probes.groups" '[probes]\ngroups = ["qp", "rdma"]'
+file_case "ring not a power of two" "qpwatch.toml:2:21: hooks.ring_buffer_bytes: 5000" '[hooks]\nring_buffer_bytes = 5000'
+file_case "unknown hook group" "qpwatch.toml:2:10: hooks.groups" '[hooks]\ngroups = ["qp", "rdma"]'
 file_case "zero cardinality cap" "qpwatch.toml:2:19: limits.max_tracked_qps" '[limits]\nmax_tracked_qps = 0'
 file_case "buckets not increasing" "qpwatch.toml:2:9: buckets.dwell" '[buckets]\ndwell = [1.0, 0.5]'
 file_case "bad log level" "qpwatch.toml:1:13: log_level" 'log_level = "loud"'
@@ -51,6 +51,7 @@ file_case "bad log format" "qpwatch.toml:1:14: log_format" 'log_format = "yaml"'
 file_case "TOML syntax error" "qpwatch.toml:1:10:" 'listen = '
 file_case "port out of range" "qpwatch.toml:2:10: responder.listen" '[responder]\nlisten = "198.18.0.1:99999"'
 file_case "missing target field" "qpwatch.toml:1:1: targets[0]: missing field" '[[targets]]\naddress = "198.18.0.1"'
+file_case "renamed section" "qpwatch.toml:1:2: probes: \`[probes]\` was renamed \`[hooks]\`" '[probes]\ngroups = ["qp"]'
 file_case "timeout > interval" "qpwatch.toml:4:19: targets[0].timeout_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ntimeout_seconds = 20'
 check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
 # an endless file: read up to a bound, not forever (timeout: the unbounded read never ends)
@@ -60,7 +61,7 @@ head -c 64 /dev/urandom | tr -d '\n' | { printf '\377'; cat; } >"$dir/binary.tom
 check "binary file" "binary.toml: (file): not UTF-8 text" "check-config BINARY" -- "$BIN" check-config "$dir/binary.toml"
 check "check-config: path and --config" "cannot be used with" "check-config a --config b" -- "$BIN" check-config a --config b
 flag_case "flag: bad listen" "--listen" --listen nonsense
-flag_case "flag: negative ring size" "invalid value '-1' for '--ring-buffer-bytes" --ring-buffer-bytes -1
+flag_case "flag: negative ring size" "--ring-buffer-bytes: -1 is not a power of two" --ring-buffer-bytes -1
 flag_case "flag: non-numeric cap" "--max-process-labels" --max-process-labels many
 flag_case "flag: ring not a power of two" "--ring-buffer-bytes: 5000 is not a power of two" --ring-buffer-bytes 5000
 flag_case "flag: unknown group" "--groups" --groups qp,bogus

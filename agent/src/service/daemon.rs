@@ -271,7 +271,7 @@ fn reload(old: &Settings, new: &Settings) {
     let restart_keys: Vec<&str> = [
         ("listen", old.listen != new.listen),
         (
-            "probes",
+            "hooks",
             old.groups != new.groups || old.ring_buffer_bytes != new.ring_buffer_bytes,
         ),
         ("limits", old.limits != new.limits),

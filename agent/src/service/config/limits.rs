@@ -1,0 +1,286 @@
+//! The one table of numeric limits. The file and the flags check a number
+//! against the same row, so a value out of range gets the same message
+//! whichever way it came in, after the key or the flag that carried it:
+//!
+//! ```text
+//! qpwatch.toml:2:21: hooks.ring_buffer_bytes: 5000 is not a power of two between 4096 and 1073741824
+//! command line: --ring-buffer-bytes: 5000 is not a power of two between 4096 and 1073741824
+//! ```
+
+use std::time::Duration;
+
+use rdma_probe::{MAX_MESSAGE_SIZE, MESSAGE_HEADER};
+
+/// What values a number may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Range {
+    /// A whole number, `min..=max`.
+    Integer { min: i64, max: i64 },
+    /// A power of two, `min..=max`.
+    PowerOfTwo { min: i64, max: i64 },
+    /// A number of seconds, above 0 and at most `max`.
+    Seconds { max: f64 },
+    /// A fraction, `0 <= v < 1`.
+    Fraction,
+}
+
+/// A bounded number: where it is set and what it may be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// The file's section: `hooks`, `limits`, or `targets` (a key of each
+    /// `[[targets]]`, named `targets[N].key` in errors).
+    pub section: &'static str,
+    /// The key in that section.
+    pub key: &'static str,
+    /// The flag that sets it, if one does (for a target's key: the value
+    /// for every `--target`).
+    pub flag: Option<&'static str>,
+    pub range: Range,
+    /// What is counted.
+    pub unit: &'static str,
+}
+
+/// The longest interval or timeout: a day.
+const DAY: f64 = 86_400.0;
+
+pub const RING_BUFFER_BYTES: Limit = Limit {
+    section: "hooks",
+    key: "ring_buffer_bytes",
+    flag: Some("--ring-buffer-bytes"),
+    // a page at least; the kernel wants a power-of-two number of pages
+    range: Range::PowerOfTwo {
+        min: 4096,
+        max: 1 << 30,
+    },
+    unit: "bytes",
+};
+
+pub const MODULE_POLL_INTERVAL: Limit = Limit {
+    section: "hooks",
+    key: "module_poll_interval_seconds",
+    flag: Some("--module-poll-interval"),
+    range: Range::Seconds { max: DAY },
+    unit: "seconds",
+};
+
+pub const MAX_TRACKED_QPS: Limit = Limit {
+    section: "limits",
+    key: "max_tracked_qps",
+    flag: Some("--max-tracked-qps"),
+    range: Range::Integer {
+        min: 1,
+        max: 1 << 24,
+    },
+    unit: "QPs",
+};
+
+pub const MAX_DEVICE_LABELS: Limit = Limit {
+    section: "limits",
+    key: "max_device_labels",
+    flag: Some("--max-device-labels"),
+    range: Range::Integer { min: 1, max: 4096 },
+    unit: "label values",
+};
+
+pub const MAX_PROCESS_LABELS: Limit = Limit {
+    section: "limits",
+    key: "max_process_labels",
+    flag: Some("--max-process-labels"),
+    range: Range::Integer { min: 1, max: 4096 },
+    unit: "label values",
+};
+
+pub const TARGET_INTERVAL: Limit = Limit {
+    section: "targets",
+    key: "interval_seconds",
+    flag: Some("--probe-interval"),
+    range: Range::Seconds { max: DAY },
+    unit: "seconds",
+};
+
+pub const TARGET_JITTER: Limit = Limit {
+    section: "targets",
+    key: "jitter",
+    flag: None,
+    range: Range::Fraction,
+    unit: "of the interval",
+};
+
+pub const TARGET_PINGS: Limit = Limit {
+    section: "targets",
+    key: "pings",
+    flag: Some("--probe-pings"),
+    range: Range::Integer {
+        min: 1,
+        max: 100_000,
+    },
+    unit: "ping-pongs",
+};
+
+pub const TARGET_TIMEOUT: Limit = Limit {
+    section: "targets",
+    key: "timeout_seconds",
+    flag: Some("--probe-timeout"),
+    range: Range::Seconds { max: DAY },
+    unit: "seconds",
+};
+
+pub const TARGET_MESSAGE_SIZE: Limit = Limit {
+    section: "targets",
+    key: "message_size",
+    flag: None,
+    // the probe's header up to what the responder posts receives for
+    range: Range::Integer {
+        min: MESSAGE_HEADER as i64,
+        max: MAX_MESSAGE_SIZE as i64,
+    },
+    unit: "bytes",
+};
+
+/// Every bounded number of the configuration.
+pub const LIMITS: [Limit; 10] = [
+    RING_BUFFER_BYTES,
+    MODULE_POLL_INTERVAL,
+    MAX_TRACKED_QPS,
+    MAX_DEVICE_LABELS,
+    MAX_PROCESS_LABELS,
+    TARGET_INTERVAL,
+    TARGET_JITTER,
+    TARGET_PINGS,
+    TARGET_TIMEOUT,
+    TARGET_MESSAGE_SIZE,
+];
+
+impl Limit {
+    /// The file's key, `section.key` (for a target's key, of target `N`).
+    pub fn file_key(&self, target: Option<usize>) -> String {
+        match target {
+            Some(i) => format!("{}[{i}].{}", self.section, self.key),
+            None => format!("{}.{}", self.section, self.key),
+        }
+    }
+
+    /// A whole number within an [`Range::Integer`] or [`Range::PowerOfTwo`] row.
+    pub fn integer(&self, value: i64) -> Result<i64, String> {
+        match self.range {
+            Range::Integer { min, max } if (min..=max).contains(&value) => Ok(value),
+            Range::Integer { min, max } => Err(format!("{value} is not between {min} and {max}")),
+            Range::PowerOfTwo { min, max }
+                if (min..=max).contains(&value) && value.count_ones() == 1 =>
+            {
+                Ok(value)
+            }
+            Range::PowerOfTwo { min, max } => Err(format!(
+                "{value} is not a power of two between {min} and {max}"
+            )),
+            Range::Seconds { .. } | Range::Fraction => {
+                unreachable!("{} is not a whole number", self.key)
+            }
+        }
+    }
+
+    /// A duration within a [`Range::Seconds`] row.
+    pub fn seconds(&self, value: f64) -> Result<Duration, String> {
+        let Range::Seconds { max } = self.range else {
+            unreachable!("{} is not in seconds", self.key)
+        };
+        if value.is_finite() && value > 0.0 && value <= max {
+            Ok(Duration::from_secs_f64(value))
+        } else {
+            Err(format!(
+                "{value} is not a positive number of seconds (at most {max})"
+            ))
+        }
+    }
+
+    /// A fraction within a [`Range::Fraction`] row.
+    pub fn fraction(&self, value: f64) -> Result<f64, String> {
+        let Range::Fraction = self.range else {
+            unreachable!("{} is not a fraction", self.key)
+        };
+        if (0.0..1.0).contains(&value) {
+            Ok(value)
+        } else {
+            Err(format!("{value} is not in [0, 1)"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::config::{settings::Target, Settings};
+
+    #[test]
+    fn rows_are_well_formed() {
+        for limit in LIMITS {
+            match limit.range {
+                Range::Integer { min, max } => assert!(min <= max, "{limit:?}"),
+                Range::PowerOfTwo { min, max } => {
+                    assert!(min <= max && min.count_ones() == 1 && max.count_ones() == 1)
+                }
+                Range::Seconds { max } => assert!(max > 0.0, "{limit:?}"),
+                Range::Fraction => {}
+            }
+            if let Some(flag) = limit.flag {
+                assert!(flag.starts_with("--"), "{limit:?}");
+            }
+        }
+        let keys: std::collections::HashSet<_> = LIMITS.iter().map(|l| l.file_key(None)).collect();
+        assert_eq!(keys.len(), LIMITS.len(), "one row per key");
+    }
+
+    /// The defaults are within their own limits.
+    #[test]
+    fn defaults_are_within_the_limits() {
+        let s = Settings::default();
+        let t = Target::defaults(String::new(), s.listen);
+        for (limit, value) in [
+            (RING_BUFFER_BYTES, i64::from(s.ring_buffer_bytes)),
+            (MAX_TRACKED_QPS, s.limits.max_tracked_qps as i64),
+            (MAX_DEVICE_LABELS, s.limits.max_device_labels as i64),
+            (MAX_PROCESS_LABELS, s.limits.max_process_labels as i64),
+            (TARGET_PINGS, i64::from(t.pings)),
+            (TARGET_MESSAGE_SIZE, t.message_size as i64),
+        ] {
+            assert_eq!(limit.integer(value), Ok(value), "{limit:?}");
+        }
+        for (limit, value) in [
+            (MODULE_POLL_INTERVAL, s.module_poll_interval),
+            (TARGET_INTERVAL, t.interval),
+            (TARGET_TIMEOUT, t.timeout),
+        ] {
+            assert_eq!(limit.seconds(value.as_secs_f64()), Ok(value), "{limit:?}");
+        }
+        assert_eq!(TARGET_JITTER.fraction(t.jitter), Ok(t.jitter));
+    }
+
+    #[test]
+    fn messages_name_the_value_and_the_range() {
+        assert_eq!(
+            RING_BUFFER_BYTES.integer(5000),
+            Err("5000 is not a power of two between 4096 and 1073741824".into())
+        );
+        assert_eq!(
+            RING_BUFFER_BYTES.integer(-4096),
+            Err("-4096 is not a power of two between 4096 and 1073741824".into())
+        );
+        assert_eq!(RING_BUFFER_BYTES.integer(1 << 30), Ok(1 << 30));
+        assert_eq!(
+            MAX_TRACKED_QPS.integer(0),
+            Err("0 is not between 1 and 16777216".into())
+        );
+        assert_eq!(
+            TARGET_MESSAGE_SIZE.integer(8),
+            Err("8 is not between 16 and 4096".into())
+        );
+        assert_eq!(
+            TARGET_INTERVAL.seconds(f64::NAN),
+            Err("NaN is not a positive number of seconds (at most 86400)".into())
+        );
+        assert_eq!(
+            TARGET_JITTER.fraction(1.0),
+            Err("1 is not in [0, 1)".into())
+        );
+    }
+}
