@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 /// The eBPF object built by build.rs from `ebpf/`.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/qpwatch-ebpf"));
 
-/// Probe groups, switchable in the config.
+/// Hook groups, switchable in the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Group {
     /// ib_core QP create/modify/destroy.

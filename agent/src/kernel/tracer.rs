@@ -1,4 +1,4 @@
-//! Keeps the probes attached as kernel modules come and go.
+//! Keeps the hooks attached as kernel modules come and go.
 //!
 //! Every poll: an instance whose modules' BTF is present but that is not
 //! loaded gets loaded, attached, reconciled with the kernel's netlink view

@@ -1,4 +1,4 @@
-//! The agent's main loop: keep the probes attached (tracer), feed the
+//! The agent's main loop: keep the hooks attached (tracer), feed the
 //! pipeline, serve metrics, talk to systemd, shut down cleanly on a signal.
 
 use std::{
@@ -201,7 +201,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                     state.set_ready(ready);
                 }
                 if ready && !ready_sent {
-                    notifier.notify("READY=1\nSTATUS=probes attached");
+                    notifier.notify("READY=1\nSTATUS=hooks attached");
                     ready_sent = true;
                 }
                 if let Err(error) = polled {
