@@ -15,6 +15,7 @@ mod requester;
 mod responder;
 mod ser;
 mod stats;
+mod step;
 mod summary;
 mod target;
 mod time;
@@ -24,9 +25,8 @@ pub use churn::{
     Churn, ChurnConfig, ChurnControl, ChurnCounts, ChurnLatencies, ChurnReport, Finished,
 };
 pub use error::{Errno, Error};
-pub use outcome::{
-    CmEventKind, ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind, QpState, Step,
-};
+pub use outcome::{ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind};
+pub use qpwatch_common::vocab::{CmEventKind, QpState};
 pub use requester::{
     probe_once, PersistentProbe, PollMode, ProbeConfig, MAX_MESSAGE_SIZE, MESSAGE_HEADER,
 };
@@ -34,6 +34,7 @@ pub use responder::{
     Responder, ResponderConfig, ResponderHandle, ResponderStats, ResponderStopper,
 };
 pub use stats::{nearest_rank, LatencySummary};
+pub use step::{Step, UnknownStep};
 pub use summary::ProbeSummary;
 pub use target::{parse_endpoint, parse_target, DEFAULT_PORT};
 pub use time::{monotonic_ns, Deadline};

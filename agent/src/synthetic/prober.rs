@@ -91,26 +91,6 @@ impl OwnCalls {
     }
 }
 
-fn probe_state(state: rdma_probe::QpState) -> QpState {
-    match state {
-        rdma_probe::QpState::Reset => QpState::Reset,
-        rdma_probe::QpState::Init => QpState::Init,
-        rdma_probe::QpState::Rtr => QpState::Rtr,
-        rdma_probe::QpState::Rts => QpState::Rts,
-        rdma_probe::QpState::Sqd => QpState::Sqd,
-        rdma_probe::QpState::Sqe => QpState::Sqe,
-        rdma_probe::QpState::Err => QpState::Err,
-    }
-}
-
-fn kind_label(kind: QpCallKind) -> &'static str {
-    match kind {
-        QpCallKind::Create => "create",
-        QpCallKind::Modify => "modify",
-        QpCallKind::Destroy => "destroy",
-    }
-}
-
 /// Slack for reading CLOCK_MONOTONIC in userspace and bpf_ktime_get_ns() in
 /// the kernel: the same clock, read through different accessors.
 const CLOCK_SLACK_NS: u64 = 50_000;
@@ -129,7 +109,7 @@ pub fn cross_check(user: &[rdma_probe::QpCall], kernel: &[KernelCall]) -> CrossC
     let mut result = CrossCheck::default();
     let mut used = vec![false; kernel.len()];
     for call in user {
-        let to = call.target_state.map(probe_state);
+        let to = call.target_state;
         let user_end = call.start_ns + call.duration.as_nanos() as u64;
         let found = kernel.iter().enumerate().find(|(i, k)| {
             !used[*i]
@@ -144,13 +124,11 @@ pub fn cross_check(user: &[rdma_probe::QpCall], kernel: &[KernelCall]) -> CrossC
                 let user_s = call.duration.as_secs_f64();
                 let kernel_s =
                     Duration::from_nanos(k.end_ns.saturating_sub(k.start_ns)).as_secs_f64();
-                result
-                    .skews
-                    .push((kind_label(call.kind), user_s - kernel_s));
+                result.skews.push((call.kind.as_str(), user_s - kernel_s));
             }
             None => result.missing.push(match to {
-                Some(state) => format!("{} to {state}", kind_label(call.kind)),
-                None => kind_label(call.kind).to_owned(),
+                Some(state) => format!("{} to {state}", call.kind.as_str()),
+                None => call.kind.as_str().to_owned(),
             }),
         }
     }
@@ -481,12 +459,7 @@ fn signal_hook_iterator() -> anyhow::Result<signal_hook::iterator::Signals> {
 mod tests {
     use super::*;
 
-    fn user(
-        kind: QpCallKind,
-        to: Option<rdma_probe::QpState>,
-        start: u64,
-        dur: u64,
-    ) -> rdma_probe::QpCall {
+    fn user(kind: QpCallKind, to: Option<QpState>, start: u64, dur: u64) -> rdma_probe::QpCall {
         rdma_probe::QpCall {
             kind,
             target_state: to,
@@ -508,11 +481,10 @@ mod tests {
 
     #[test]
     fn matches_each_call_inside_its_userspace_span() {
-        use rdma_probe::QpState as P;
         let u = vec![
             user(QpCallKind::Create, None, 1_000_000, 100_000),
-            user(QpCallKind::Modify, Some(P::Init), 2_000_000, 20_000),
-            user(QpCallKind::Modify, Some(P::Rtr), 3_000_000, 30_000),
+            user(QpCallKind::Modify, Some(QpState::Init), 2_000_000, 20_000),
+            user(QpCallKind::Modify, Some(QpState::Rtr), 3_000_000, 30_000),
             user(QpCallKind::Destroy, None, 9_000_000, 50_000),
         ];
         let k = vec![
@@ -538,10 +510,9 @@ mod tests {
 
     #[test]
     fn reports_what_the_kernel_side_missed() {
-        use rdma_probe::QpState as P;
         let u = vec![
             user(QpCallKind::Create, None, 1_000_000, 100_000),
-            user(QpCallKind::Modify, Some(P::Rts), 5_000_000, 10_000),
+            user(QpCallKind::Modify, Some(QpState::Rts), 5_000_000, 10_000),
         ];
         // an RTS transition outside the call's span does not count
         let k = vec![
