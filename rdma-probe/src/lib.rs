@@ -4,6 +4,8 @@
 //! - [`probe_once`]: resolve → route → QP → connect → N ping-pongs →
 //!   disconnect → destroy, each step timed and bounded by a timeout.
 //! - [`PersistentProbe`]: one connection kept up, rounds of ping-pongs.
+//! - [`run_probes`] / [`probe_summary`]: the probe loop, one-shot or
+//!   persistent, paced and ended by a [`ProbeDriver`].
 //! - [`Responder`]: accepts connections and echoes every message.
 //! - [`ProbeSummary`] / [`LatencySummary`]: statistics over outcomes.
 //! - [`Churn`]: QP lifecycle churn on plain verbs (the `qp-churn` load generator).
@@ -13,6 +15,7 @@ mod error;
 mod outcome;
 mod requester;
 mod responder;
+mod run;
 mod ser;
 mod stats;
 mod step;
@@ -33,6 +36,7 @@ pub use requester::{
 pub use responder::{
     Responder, ResponderConfig, ResponderHandle, ResponderStats, ResponderStopper,
 };
+pub use run::{probe_summary, run_probes, ProbeDriver};
 pub use stats::{nearest_rank, LatencySummary};
 pub use step::{Step, UnknownStep};
 pub use summary::ProbeSummary;

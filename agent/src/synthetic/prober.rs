@@ -14,7 +14,7 @@ use std::{
 };
 
 use rdma_probe::{
-    probe_once, PersistentProbe, PollMode, ProbeConfig, ProbeMode, ProbeOutcome, ProbeSummary,
+    probe_summary, run_probes, PollMode, ProbeConfig, ProbeDriver, ProbeMode, ProbeOutcome,
     Responder, ResponderConfig, ResponderHandle, ResponderStats,
 };
 use tracing::{info, warn};
@@ -98,28 +98,46 @@ fn jittered(interval: Duration, jitter: f64) -> Duration {
     interval.mul_f64(1.0 + jitter * (2.0 * r - 1.0))
 }
 
+/// A target's probe loop, until its runner says stop: each outcome counted
+/// and cross-checked.
+struct TargetLoop {
+    target: Target,
+    sink: ProbeSink,
+    stop: mpsc::Receiver<()>,
+}
+
+impl ProbeDriver for TargetLoop {
+    fn pause(&mut self, index: u64) -> bool {
+        let mut wait = jittered(self.target.interval, self.target.jitter);
+        if index == 0 {
+            wait = wait.min(Duration::from_secs(1));
+        }
+        // a message or a dropped sender both mean stop
+        matches!(
+            self.stop.recv_timeout(wait),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+
+    fn outcome(&mut self, outcome: ProbeOutcome) {
+        self.sink.metrics.probe_outcome(&self.target.name, &outcome);
+        self.sink.cross_check(&self.target.name, &outcome);
+    }
+
+    /// The persistent QP's ERR and destroy are cross-checked too, but the
+    /// disconnect is not a probe of its own.
+    fn closed(&mut self, outcome: ProbeOutcome) {
+        self.sink.cross_check(&self.target.name, &outcome);
+    }
+}
+
 fn run_target(target: Target, sink: ProbeSink, stop: mpsc::Receiver<()>) {
     let config = probe_config(&target);
-    let mut persistent = match target.mode {
-        ProbeModeSetting::Persistent => Some(PersistentProbe::new(config.clone())),
-        ProbeModeSetting::Oneshot => None,
+    let mode = match target.mode {
+        ProbeModeSetting::Persistent => ProbeMode::Persistent,
+        ProbeModeSetting::Oneshot => ProbeMode::OneShot,
     };
-    let mut wait = jittered(target.interval, target.jitter).min(Duration::from_secs(1));
-    // a message or a dropped sender both mean stop
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(wait) {
-        let outcome = match persistent.as_mut() {
-            Some(probe) => probe.round(),
-            None => probe_once(&config),
-        };
-        sink.metrics.probe_outcome(&target.name, &outcome);
-        sink.cross_check(&target.name, &outcome);
-        wait = jittered(target.interval, target.jitter);
-    }
-    // The persistent QP's ERR and destroy are cross-checked too, but the
-    // disconnect is not a probe of its own.
-    if let Some(last) = persistent.as_mut().and_then(PersistentProbe::shut) {
-        sink.cross_check(&target.name, &last);
-    }
+    run_probes(&config, mode, None, &mut TargetLoop { target, sink, stop });
 }
 
 /// The responder, the probe threads, and their reconfiguration.
@@ -273,23 +291,12 @@ pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid probe: {e}"))?;
-    let mut outcomes = Vec::with_capacity(args.count as usize);
     let mode = if args.persistent {
-        let mut probe = PersistentProbe::new(config.clone());
-        for _ in 0..args.count {
-            outcomes.push(probe.round());
-        }
-        if let Some(last) = outcomes.last_mut() {
-            probe.close(last);
-        }
         ProbeMode::Persistent
     } else {
-        for _ in 0..args.count {
-            outcomes.push(probe_once(&config));
-        }
         ProbeMode::OneShot
     };
-    let summary = ProbeSummary::from_outcomes(args.target, mode, args.size, outcomes);
+    let summary = probe_summary(&config, mode, args.count, Duration::ZERO);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
