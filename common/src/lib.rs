@@ -6,6 +6,8 @@
 //! (the agent decodes with an explicit size check).
 #![no_std]
 
+pub mod vocab;
+
 /// `IB_DEVICE_NAME_MAX` in include/rdma/ib_verbs.h.
 pub const DEVICE_NAME_LEN: usize = 64;
 /// `TASK_COMM_LEN` in include/linux/sched.h.

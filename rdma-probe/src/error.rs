@@ -4,7 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::outcome::{CmEventKind, Step};
+use qpwatch_common::vocab::{errno_name, CmEventKind};
+
+use crate::step::Step;
 
 /// An errno value printed as `ENAME (n): description`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,37 +20,7 @@ impl Errno {
 
     /// Symbolic name (`"ETIMEDOUT"`), for the errnos RDMA calls return.
     pub fn name(self) -> Option<&'static str> {
-        Some(match self.0 {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::EINTR => "EINTR",
-            libc::EIO => "EIO",
-            libc::ENXIO => "ENXIO",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EACCES => "EACCES",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::EEXIST => "EEXIST",
-            libc::ENODEV => "ENODEV",
-            libc::EINVAL => "EINVAL",
-            libc::ENOSPC => "ENOSPC",
-            libc::ENOSYS => "ENOSYS",
-            libc::ENODATA => "ENODATA",
-            libc::EPROTO => "EPROTO",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            libc::EADDRINUSE => "EADDRINUSE",
-            libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
-            libc::ENETDOWN => "ENETDOWN",
-            libc::ENETUNREACH => "ENETUNREACH",
-            libc::ECONNABORTED => "ECONNABORTED",
-            libc::ECONNRESET => "ECONNRESET",
-            libc::ENOBUFS => "ENOBUFS",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            libc::ECONNREFUSED => "ECONNREFUSED",
-            libc::EHOSTUNREACH => "EHOSTUNREACH",
-            _ => return None,
-        })
+        errno_name(self.0)
     }
 }
 
@@ -177,6 +149,50 @@ mod tests {
             "ETIMEDOUT (110): Connection timed out"
         );
         assert_eq!(Errno(4095).to_string(), "errno 4095: Unknown error 4095");
+    }
+
+    /// The shared table's numbering is this target's.
+    #[test]
+    fn errno_names_match_libc() {
+        let names = [
+            (libc::EPERM, "EPERM"),
+            (libc::ENOENT, "ENOENT"),
+            (libc::EINTR, "EINTR"),
+            (libc::EIO, "EIO"),
+            (libc::ENXIO, "ENXIO"),
+            (libc::EAGAIN, "EAGAIN"),
+            (libc::ENOMEM, "ENOMEM"),
+            (libc::EACCES, "EACCES"),
+            (libc::EFAULT, "EFAULT"),
+            (libc::EBUSY, "EBUSY"),
+            (libc::EEXIST, "EEXIST"),
+            (libc::ENODEV, "ENODEV"),
+            (libc::EINVAL, "EINVAL"),
+            (libc::EMFILE, "EMFILE"),
+            (libc::ENOSPC, "ENOSPC"),
+            (libc::ERANGE, "ERANGE"),
+            (libc::ENOSYS, "ENOSYS"),
+            (libc::ENODATA, "ENODATA"),
+            (libc::EPROTO, "EPROTO"),
+            (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+            (libc::EAFNOSUPPORT, "EAFNOSUPPORT"),
+            (libc::EADDRINUSE, "EADDRINUSE"),
+            (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+            (libc::ENETDOWN, "ENETDOWN"),
+            (libc::ENETUNREACH, "ENETUNREACH"),
+            (libc::ECONNABORTED, "ECONNABORTED"),
+            (libc::ECONNRESET, "ECONNRESET"),
+            (libc::ENOBUFS, "ENOBUFS"),
+            (libc::ENOTCONN, "ENOTCONN"),
+            (libc::ETIMEDOUT, "ETIMEDOUT"),
+            (libc::ECONNREFUSED, "ECONNREFUSED"),
+            (libc::EHOSTUNREACH, "EHOSTUNREACH"),
+        ];
+        for (errno, name) in names {
+            assert_eq!(Errno(errno).name(), Some(name));
+        }
+        let named = (1..4096).filter(|e| Errno(*e).name().is_some()).count();
+        assert_eq!(named, names.len());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`probe_once`]: resolve → route → QP → connect → N ping-pongs →
 //!   disconnect → destroy, each step timed and bounded by a timeout.
 //! - [`PersistentProbe`]: one connection kept up, rounds of ping-pongs.
+//! - [`run_probes`] / [`probe_summary`]: the probe loop, one-shot or
+//!   persistent, paced and ended by a [`ProbeDriver`].
 //! - [`Responder`]: accepts connections and echoes every message.
 //! - [`ProbeSummary`] / [`LatencySummary`]: statistics over outcomes.
 //! - [`Churn`]: QP lifecycle churn on plain verbs (the `qp-churn` load generator).
@@ -13,8 +15,10 @@ mod error;
 mod outcome;
 mod requester;
 mod responder;
+mod run;
 mod ser;
 mod stats;
+mod step;
 mod summary;
 mod target;
 mod time;
@@ -24,16 +28,17 @@ pub use churn::{
     Churn, ChurnConfig, ChurnControl, ChurnCounts, ChurnLatencies, ChurnReport, Finished,
 };
 pub use error::{Errno, Error};
-pub use outcome::{
-    CmEventKind, ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind, QpState, Step,
-};
+pub use outcome::{ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind};
+pub use qpwatch_common::vocab::{CmEventKind, QpState};
 pub use requester::{
     probe_once, PersistentProbe, PollMode, ProbeConfig, MAX_MESSAGE_SIZE, MESSAGE_HEADER,
 };
 pub use responder::{
     Responder, ResponderConfig, ResponderHandle, ResponderStats, ResponderStopper,
 };
+pub use run::{probe_summary, run_probes, ProbeDriver};
 pub use stats::{nearest_rank, LatencySummary};
+pub use step::{Step, UnknownStep};
 pub use summary::ProbeSummary;
 pub use target::{parse_endpoint, parse_target, DEFAULT_PORT};
 pub use time::{monotonic_ns, Deadline};

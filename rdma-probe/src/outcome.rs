@@ -1,93 +1,17 @@
-//! What a probe reports: the closed set of results, the steps, the per-call
-//! QP timings and the outcome record.
+//! What a probe reports: the closed set of results, the per-call QP timings
+//! and the outcome record.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::time::Duration;
 
-use rdma_sys::rdma_cm_event_type as ev;
+use qpwatch_common::vocab::{CmEventKind, QpState};
 use serde::Serialize;
 
 use crate::error::Error;
 use crate::ser;
-
-/// The steps of a probe, in order. `ping` and `disconnect` follow the
-/// connection setup (`addr_resolve` … `established`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    /// rdma_resolve_addr → RDMA_CM_EVENT_ADDR_RESOLVED
-    AddrResolve,
-    /// rdma_resolve_route → RDMA_CM_EVENT_ROUTE_RESOLVED
-    RouteResolve,
-    /// PD, CQ, ibv_create_qp, RESET→INIT, MR registration, receives posted
-    QpCreate,
-    /// rdma_connect → RDMA_CM_EVENT_CONNECT_RESPONSE (the responder's REP)
-    Connect,
-    /// INIT→RTR→RTS and rdma_establish (RTU sent)
-    Established,
-    /// one SEND and its echo
-    Ping,
-    /// QP→ERR, rdma_disconnect → RDMA_CM_EVENT_DISCONNECTED
-    Disconnect,
-}
-
-impl Step {
-    pub const ALL: [Step; 7] = [
-        Step::AddrResolve,
-        Step::RouteResolve,
-        Step::QpCreate,
-        Step::Connect,
-        Step::Established,
-        Step::Ping,
-        Step::Disconnect,
-    ];
-
-    /// The connection-setup steps whose latencies make up `setup`.
-    pub const SETUP: [Step; 5] = [
-        Step::AddrResolve,
-        Step::RouteResolve,
-        Step::QpCreate,
-        Step::Connect,
-        Step::Established,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::AddrResolve => "addr_resolve",
-            Step::RouteResolve => "route_resolve",
-            Step::QpCreate => "qp_create",
-            Step::Connect => "connect",
-            Step::Established => "established",
-            Step::Ping => "ping",
-            Step::Disconnect => "disconnect",
-        }
-    }
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Step {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Step, Error> {
-        Step::ALL
-            .into_iter()
-            .find(|step| step.as_str() == s)
-            .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown step {s:?}; one of {}",
-                    Step::ALL.map(Step::as_str).join(", ")
-                ))
-            })
-    }
-}
+use crate::step::Step;
 
 /// A probe's result, from a closed set (usable as a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -166,112 +90,6 @@ impl fmt::Display for ProbeResult {
     }
 }
 
-/// `enum rdma_cm_event_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CmEventKind {
-    AddrResolved,
-    AddrError,
-    RouteResolved,
-    RouteError,
-    ConnectRequest,
-    ConnectResponse,
-    ConnectError,
-    Unreachable,
-    Rejected,
-    Established,
-    Disconnected,
-    DeviceRemoval,
-    MulticastJoin,
-    MulticastError,
-    AddrChange,
-    TimewaitExit,
-    Other(u32),
-}
-
-impl CmEventKind {
-    pub fn from_raw(raw: u32) -> CmEventKind {
-        match raw {
-            ev::RDMA_CM_EVENT_ADDR_RESOLVED => CmEventKind::AddrResolved,
-            ev::RDMA_CM_EVENT_ADDR_ERROR => CmEventKind::AddrError,
-            ev::RDMA_CM_EVENT_ROUTE_RESOLVED => CmEventKind::RouteResolved,
-            ev::RDMA_CM_EVENT_ROUTE_ERROR => CmEventKind::RouteError,
-            ev::RDMA_CM_EVENT_CONNECT_REQUEST => CmEventKind::ConnectRequest,
-            ev::RDMA_CM_EVENT_CONNECT_RESPONSE => CmEventKind::ConnectResponse,
-            ev::RDMA_CM_EVENT_CONNECT_ERROR => CmEventKind::ConnectError,
-            ev::RDMA_CM_EVENT_UNREACHABLE => CmEventKind::Unreachable,
-            ev::RDMA_CM_EVENT_REJECTED => CmEventKind::Rejected,
-            ev::RDMA_CM_EVENT_ESTABLISHED => CmEventKind::Established,
-            ev::RDMA_CM_EVENT_DISCONNECTED => CmEventKind::Disconnected,
-            ev::RDMA_CM_EVENT_DEVICE_REMOVAL => CmEventKind::DeviceRemoval,
-            ev::RDMA_CM_EVENT_MULTICAST_JOIN => CmEventKind::MulticastJoin,
-            ev::RDMA_CM_EVENT_MULTICAST_ERROR => CmEventKind::MulticastError,
-            ev::RDMA_CM_EVENT_ADDR_CHANGE => CmEventKind::AddrChange,
-            ev::RDMA_CM_EVENT_TIMEWAIT_EXIT => CmEventKind::TimewaitExit,
-            other => CmEventKind::Other(other),
-        }
-    }
-
-    /// The name `rdma_event_str` gives.
-    pub fn name(self) -> &'static str {
-        match self {
-            CmEventKind::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
-            CmEventKind::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
-            CmEventKind::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
-            CmEventKind::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
-            CmEventKind::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
-            CmEventKind::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
-            CmEventKind::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
-            CmEventKind::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
-            CmEventKind::Rejected => "RDMA_CM_EVENT_REJECTED",
-            CmEventKind::Established => "RDMA_CM_EVENT_ESTABLISHED",
-            CmEventKind::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
-            CmEventKind::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
-            CmEventKind::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
-            CmEventKind::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
-            CmEventKind::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
-            CmEventKind::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-            CmEventKind::Other(_) => "RDMA_CM_EVENT_UNKNOWN",
-        }
-    }
-}
-
-impl fmt::Display for CmEventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CmEventKind::Other(raw) => write!(f, "RDMA_CM_EVENT {raw}"),
-            kind => f.write_str(kind.name()),
-        }
-    }
-}
-
-/// `enum ibv_qp_state`, named as the agent's metrics name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum QpState {
-    Reset,
-    Init,
-    Rtr,
-    Rts,
-    Sqd,
-    Sqe,
-    Err,
-}
-
-impl QpState {
-    pub fn raw(self) -> u32 {
-        use rdma_sys::ibv_qp_state as s;
-        match self {
-            QpState::Reset => s::IBV_QPS_RESET,
-            QpState::Init => s::IBV_QPS_INIT,
-            QpState::Rtr => s::IBV_QPS_RTR,
-            QpState::Rts => s::IBV_QPS_RTS,
-            QpState::Sqd => s::IBV_QPS_SQD,
-            QpState::Sqe => s::IBV_QPS_SQE,
-            QpState::Err => s::IBV_QPS_ERR,
-        }
-    }
-}
-
 /// Which QP verb a [`QpCall`] timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -284,12 +102,25 @@ pub enum QpCallKind {
     Destroy,
 }
 
+impl QpCallKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QpCallKind::Create => "create",
+            QpCallKind::Modify => "modify",
+            QpCallKind::Destroy => "destroy",
+        }
+    }
+}
+
 /// One userspace QP verb call, timed on CLOCK_MONOTONIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QpCall {
     pub kind: QpCallKind,
     /// The state a modify moves the QP to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser::opt_qp_state"
+    )]
     pub target_state: Option<QpState>,
     /// CLOCK_MONOTONIC at the call, comparable with `bpf_ktime_get_ns`.
     pub start_ns: u64,
@@ -476,23 +307,22 @@ mod tests {
     }
 
     #[test]
-    fn step_names_round_trip() {
-        for step in Step::ALL {
-            assert_eq!(step.as_str().parse::<Step>().unwrap(), step);
-            assert_eq!(serde_json::to_value(step).unwrap(), step.as_str());
-        }
-        assert!("bogus"
-            .parse::<Step>()
-            .unwrap_err()
-            .to_string()
-            .contains("addr_resolve"));
+    fn names_serialize_as_labels() {
         for result in ProbeResult::ALL {
             assert_eq!(serde_json::to_value(result).unwrap(), result.as_str());
         }
-        assert_eq!(serde_json::to_value(QpState::Rtr).unwrap(), "RTR");
-        assert_eq!(
-            CmEventKind::from_raw(ev::RDMA_CM_EVENT_REJECTED).to_string(),
-            "RDMA_CM_EVENT_REJECTED"
-        );
+        let call = |kind, target_state| QpCall {
+            kind,
+            target_state,
+            start_ns: 1,
+            duration: Duration::from_nanos(2),
+            rc: 0,
+        };
+        let modify = serde_json::to_value(call(QpCallKind::Modify, Some(QpState::Rtr))).unwrap();
+        assert_eq!(modify["kind"], "modify");
+        assert_eq!(modify["target_state"], "RTR");
+        let create = serde_json::to_value(call(QpCallKind::Create, None)).unwrap();
+        assert_eq!(create["kind"], QpCallKind::Create.as_str());
+        assert!(create.get("target_state").is_none());
     }
 }

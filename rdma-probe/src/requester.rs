@@ -12,10 +12,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use qpwatch_common::vocab::{CmEventKind, QpState};
 use rdma_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_wc_opcode};
 
 use crate::error::Error;
-use crate::outcome::{CmEventKind, ProbeMode, ProbeOutcome, QpCall, QpCallKind, QpState, Step};
+use crate::outcome::{ProbeMode, ProbeOutcome, QpCall, QpCallKind};
+use crate::step::Step;
 use crate::time::{elapsed, monotonic_ns, Deadline};
 use crate::verbs::{
     poll_fds, pollin, rc_conn_param, CmEvent, CmId, Completion, CompletionChannel, CompletionQueue,
@@ -422,7 +424,7 @@ impl Connection {
         let (mut attr, mask) = if state == QpState::Err {
             // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
             let mut attr: ibv_qp_attr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
-            attr.qp_state = state.raw();
+            attr.qp_state = state.to_kernel();
             (attr, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32)
         } else {
             self.id.init_qp_attr(state)?

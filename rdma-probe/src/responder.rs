@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use qpwatch_common::vocab::CmEventKind;
 use rdma_sys::ibv_wc_opcode;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::outcome::CmEventKind;
 use crate::requester::{PollMode, MAX_MESSAGE_SIZE, MESSAGE_HEADER};
 use crate::time::{monotonic_ns, Deadline};
 use crate::verbs::{
@@ -525,7 +525,7 @@ impl Conn {
             for wc in &wcs[..n] {
                 if !wc.is_success() {
                     return Err(Error::WorkCompletion {
-                        step: crate::outcome::Step::Ping,
+                        step: crate::step::Step::Ping,
                         opcode: if wc.wr_id & SEND_FLAG != 0 {
                             "SEND"
                         } else {

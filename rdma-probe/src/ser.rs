@@ -1,8 +1,10 @@
-//! serde helpers: durations are serialized as integer nanoseconds.
+//! serde helpers: durations are serialized as integer nanoseconds, QP
+//! states as their labels.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use qpwatch_common::vocab::QpState;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::Serializer;
 
@@ -38,4 +40,11 @@ pub fn duration_map_ns<K: serde::Serialize, S: Serializer>(
         map.serialize_entry(k, &ns(d))?;
     }
     map.end()
+}
+
+pub fn opt_qp_state<S: Serializer>(state: &Option<QpState>, s: S) -> Result<S::Ok, S::Error> {
+    match state {
+        Some(state) => s.serialize_some(state.label()),
+        None => s.serialize_none(),
+    }
 }

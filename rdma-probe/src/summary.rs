@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::outcome::{ProbeMode, ProbeOutcome, ProbeResult, Step};
+use crate::outcome::{ProbeMode, ProbeOutcome, ProbeResult};
 use crate::stats::{micros, LatencySummary};
+use crate::step::Step;
 
 /// Summary of a run of probes against one target.
 #[derive(Debug, Clone, Serialize)]

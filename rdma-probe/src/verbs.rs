@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
+use qpwatch_common::vocab::{CmEventKind, QpState};
+
 use crate::error::{Errno, Error};
-use crate::outcome::{CmEventKind, QpState};
 
 /// Marks a raw-pointer wrapper as shareable across threads.
 macro_rules! thread_safe {
@@ -386,7 +387,7 @@ impl CmId {
     pub fn init_qp_attr(&self, state: QpState) -> Result<(ibv_qp_attr, i32), Error> {
         // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
         let mut attr: ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.qp_state = state.raw();
+        attr.qp_state = state.to_kernel();
         let mut mask = 0;
         // SAFETY: live id, valid out-pointers.
         let rc = unsafe { rdma_init_qp_attr(self.raw(), &mut attr, &mut mask) };
@@ -888,5 +889,36 @@ pub fn rc_conn_param(qp_num: u32) -> rdma_conn_param {
         rnr_retry_count: 7,
         srq: 0,
         qp_num,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shared vocabulary's numbering and names are libibverbs' and
+    /// librdmacm's.
+    #[test]
+    fn vocabulary_matches_rdma_sys() {
+        use ibv_qp_state as s;
+        let states = [
+            s::IBV_QPS_RESET,
+            s::IBV_QPS_INIT,
+            s::IBV_QPS_RTR,
+            s::IBV_QPS_RTS,
+            s::IBV_QPS_SQD,
+            s::IBV_QPS_SQE,
+            s::IBV_QPS_ERR,
+        ];
+        for (state, raw) in QpState::ALL.into_iter().zip(states) {
+            assert_eq!(state.to_kernel(), raw, "{state}");
+        }
+        for kind in CmEventKind::KNOWN {
+            // SAFETY: rdma_event_str returns a static string for any value.
+            let name = unsafe { CStr::from_ptr(rdma_event_str(kind.raw())) };
+            assert_eq!(name.to_str(), Ok(kind.name()));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!(CmEventKind::Other(99).to_string(), "RDMA_CM_EVENT 99");
     }
 }

@@ -10,7 +10,6 @@ use crate::{
     model::cm::CmCorrelator,
     model::events::{clock_ns, decode, CmCall, QpCall, Record},
     model::qp::Correlator,
-    synthetic::prober::OwnCalls,
 };
 
 /// How long a record is held back after the kernel finished it, for records
@@ -27,13 +26,19 @@ pub trait EventSink: Send {
     fn cm(&mut self, call: &CmCall, cm: &CmCorrelator);
 }
 
+/// Receives the QP calls this process made itself (its synthetic probes' and
+/// responder's), for their cross-check against the userspace calls.
+pub trait OwnCallSink: Send {
+    fn own_call(&self, call: &QpCall);
+}
+
 pub struct Pipeline {
     pub correlator: Correlator,
     pub cm: CmCorrelator,
     pub metrics: Metrics,
     pub sink: Option<Box<dyn EventSink>>,
-    /// This process's own QP calls (synthetic probes), for their cross-check.
-    pub own_calls: OwnCalls,
+    /// Where this process's own QP calls go (synthetic probes), if anywhere.
+    pub own_calls: Option<Box<dyn OwnCallSink>>,
     pub own_pid: u32,
     /// Every running instance's ring buffer, drained together (see `drain`).
     rings: Vec<(&'static str, RingBuf<MapData>)>,
@@ -50,7 +55,7 @@ impl Pipeline {
             cm,
             metrics,
             sink: None,
-            own_calls: OwnCalls::default(),
+            own_calls: None,
             own_pid: std::process::id(),
             rings: Vec::new(),
             batch: Vec::new(),
@@ -127,7 +132,9 @@ impl Pipeline {
                 }
                 self.correlator.handle(&call, &mut self.metrics);
                 if call.pid == self.own_pid {
-                    self.own_calls.record(&call);
+                    if let Some(own) = &self.own_calls {
+                        own.own_call(&call);
+                    }
                 }
             }
             Record::Cm(call) => {

@@ -28,6 +28,7 @@ use crate::{
     model::qp::Correlator,
     service::config::{self, RunArgs, Settings},
     service::systemd::Notifier,
+    synthetic::crosscheck::OwnCallLog,
     synthetic::prober::{ProbeSink, Prober},
 };
 
@@ -107,11 +108,13 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
         metrics.clone(),
     );
     pipeline.sink = sink;
+    let own_calls = OwnCallLog::default();
+    pipeline.own_calls = Some(Box::new(own_calls.clone()));
     let pipeline = Arc::new(Mutex::new(pipeline));
     let qp_tracing = Arc::new(AtomicBool::new(false));
     let prober = Arc::new(Mutex::new(Prober::new(ProbeSink {
         metrics: metrics.clone(),
-        pipeline: Arc::clone(&pipeline),
+        own_calls,
         qp_tracing: Arc::clone(&qp_tracing),
     })));
     let mut tracer = Tracer::new(

@@ -1,3 +1,4 @@
 //! The agent's own RDMA probes, and their cross-check against the hooks.
 
+pub mod crosscheck;
 pub mod prober;

@@ -1,161 +1,29 @@
-//! The agent's synthetic RDMA probes: a responder, a scheduler running each
-//! configured target on its own thread, and the cross-check of every probe
-//! QP's userspace-timed verbs against the kernel calls the eBPF path saw.
+//! The agent's synthetic RDMA probes: a responder, and a scheduler running
+//! each configured target on its own thread, whose outcomes are counted and
+//! cross-checked against the kernel calls the eBPF path saw.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::HashMap,
     net::SocketAddr,
     sync::{
         atomic::{AtomicBool, Ordering},
-        mpsc, Arc, Mutex,
+        mpsc, Arc,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use rdma_probe::{
-    probe_once, PersistentProbe, PollMode, ProbeConfig, ProbeMode, ProbeOutcome, ProbeSummary,
-    QpCallKind, Responder, ResponderConfig, ResponderHandle, ResponderStats,
+    probe_summary, run_probes, PollMode, ProbeConfig, ProbeDriver, ProbeMode, ProbeOutcome,
+    Responder, ResponderConfig, ResponderHandle, ResponderStats,
 };
 use tracing::{info, warn};
 
 use crate::{
     export::metrics::Metrics,
-    kernel::rdma::QpState,
-    model::events::{Call, QpCall},
-    model::pipeline::Pipeline,
     service::config::{ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
+    synthetic::crosscheck::OwnCallLog,
 };
-
-/// A kernel QP call of this process, kept for the cross-check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelCall {
-    pub kind: QpCallKind,
-    pub to: Option<QpState>,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub rc: i32,
-}
-
-/// The kernel's record of the QP calls made by this process (the probes and
-/// the responder), by (device, qp_num); oldest QPs dropped beyond a bound.
-#[derive(Debug, Default)]
-pub struct OwnCalls {
-    calls: HashMap<(String, u32), Vec<KernelCall>>,
-    order: VecDeque<(String, u32)>,
-}
-
-impl OwnCalls {
-    const MAX_QPS: usize = 4096;
-
-    pub fn record(&mut self, call: &QpCall) {
-        let (kind, to) = match call.call {
-            Call::Create { .. } => (QpCallKind::Create, None),
-            Call::Modify { to: Some(to), .. } => (QpCallKind::Modify, Some(to)),
-            Call::Modify { to: None, .. } => return,
-            Call::Destroy => (QpCallKind::Destroy, None),
-        };
-        let key = (call.device().to_owned(), call.qp_num);
-        let entry = self.calls.entry(key.clone()).or_insert_with(|| {
-            self.order.push_back(key);
-            Vec::new()
-        });
-        entry.push(KernelCall {
-            kind,
-            to,
-            start_ns: call.start_ns,
-            end_ns: call.end_ns,
-            rc: call.rc,
-        });
-        while self.order.len() > Self::MAX_QPS {
-            if let Some(old) = self.order.pop_front() {
-                self.calls.remove(&old);
-            }
-        }
-    }
-
-    fn get(&self, key: &(String, u32)) -> &[KernelCall] {
-        self.calls.get(key).map_or(&[], Vec::as_slice)
-    }
-
-    fn take(&mut self, key: &(String, u32)) -> Vec<KernelCall> {
-        self.order.retain(|k| k != key);
-        self.calls.remove(key).unwrap_or_default()
-    }
-
-    /// Drops the first `n` recorded calls of a QP that lives on.
-    fn consume(&mut self, key: &(String, u32), n: usize) {
-        if let Some(calls) = self.calls.get_mut(key) {
-            calls.drain(..n.min(calls.len()));
-        }
-    }
-}
-
-fn probe_state(state: rdma_probe::QpState) -> QpState {
-    match state {
-        rdma_probe::QpState::Reset => QpState::Reset,
-        rdma_probe::QpState::Init => QpState::Init,
-        rdma_probe::QpState::Rtr => QpState::Rtr,
-        rdma_probe::QpState::Rts => QpState::Rts,
-        rdma_probe::QpState::Sqd => QpState::Sqd,
-        rdma_probe::QpState::Sqe => QpState::Sqe,
-        rdma_probe::QpState::Err => QpState::Err,
-    }
-}
-
-fn kind_label(kind: QpCallKind) -> &'static str {
-    match kind {
-        QpCallKind::Create => "create",
-        QpCallKind::Modify => "modify",
-        QpCallKind::Destroy => "destroy",
-    }
-}
-
-/// Slack for reading CLOCK_MONOTONIC in userspace and bpf_ktime_get_ns() in
-/// the kernel: the same clock, read through different accessors.
-const CLOCK_SLACK_NS: u64 = 50_000;
-
-#[derive(Debug, Default, PartialEq)]
-pub struct CrossCheck {
-    /// (call, userspace duration − kernel duration in seconds) per matched call.
-    pub skews: Vec<(&'static str, f64)>,
-    /// Userspace calls with no kernel call inside their time span.
-    pub missing: Vec<String>,
-}
-
-/// Matches each userspace verb call to the kernel call of the same kind (and
-/// target state) that ran inside it.
-pub fn cross_check(user: &[rdma_probe::QpCall], kernel: &[KernelCall]) -> CrossCheck {
-    let mut result = CrossCheck::default();
-    let mut used = vec![false; kernel.len()];
-    for call in user {
-        let to = call.target_state.map(probe_state);
-        let user_end = call.start_ns + call.duration.as_nanos() as u64;
-        let found = kernel.iter().enumerate().find(|(i, k)| {
-            !used[*i]
-                && k.kind == call.kind
-                && k.to == to
-                && k.start_ns + CLOCK_SLACK_NS >= call.start_ns
-                && k.end_ns <= user_end + CLOCK_SLACK_NS
-        });
-        match found {
-            Some((i, k)) => {
-                used[i] = true;
-                let user_s = call.duration.as_secs_f64();
-                let kernel_s =
-                    Duration::from_nanos(k.end_ns.saturating_sub(k.start_ns)).as_secs_f64();
-                result
-                    .skews
-                    .push((kind_label(call.kind), user_s - kernel_s));
-            }
-            None => result.missing.push(match to {
-                Some(state) => format!("{} to {state}", kind_label(call.kind)),
-                None => kind_label(call.kind).to_owned(),
-            }),
-        }
-    }
-    result
-}
 
 fn probe_config(target: &Target) -> ProbeConfig {
     let mut config = ProbeConfig::new(target.address);
@@ -175,7 +43,8 @@ const KERNEL_EVENT_GRACE: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct ProbeSink {
     pub metrics: Metrics,
-    pub pipeline: Arc<Mutex<Pipeline>>,
+    /// The kernel's side of the cross-check.
+    pub own_calls: OwnCallLog,
     /// The QP hooks are attached: the kernel side of the cross-check can be seen.
     pub qp_tracing: Arc<AtomicBool>,
 }
@@ -195,25 +64,7 @@ impl ProbeSink {
             let key = (device.clone(), *qp_num);
             let user_calls: Vec<rdma_probe::QpCall> =
                 user_calls.iter().filter(|c| c.rc == 0).cloned().collect();
-            let deadline = Instant::now() + KERNEL_EVENT_GRACE;
-            let checked = loop {
-                let checked = {
-                    let pipeline = self.pipeline.lock().expect("not poisoned");
-                    cross_check(&user_calls, pipeline.own_calls.get(&key))
-                };
-                if checked.missing.is_empty() || Instant::now() >= deadline {
-                    break checked;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let mut pipeline = self.pipeline.lock().expect("not poisoned");
-            if user_calls.iter().any(|c| c.kind == QpCallKind::Destroy) {
-                pipeline.own_calls.take(&key);
-            } else {
-                // still alive (persistent): later calls are checked later
-                pipeline.own_calls.consume(&key, checked.skews.len());
-            }
-            drop(pipeline);
+            let checked = self.own_calls.check(&key, &user_calls, KERNEL_EVENT_GRACE);
             for (call, skew) in &checked.skews {
                 self.metrics.probes.skew(call, *skew);
             }
@@ -247,28 +98,49 @@ fn jittered(interval: Duration, jitter: f64) -> Duration {
     interval.mul_f64(1.0 + jitter * (2.0 * r - 1.0))
 }
 
+/// A target's probe loop, until its runner says stop: each outcome counted
+/// and cross-checked.
+struct TargetLoop {
+    target: Target,
+    sink: ProbeSink,
+    stop: mpsc::Receiver<()>,
+}
+
+impl ProbeDriver for TargetLoop {
+    fn pause(&mut self, index: u64) -> bool {
+        let mut wait = jittered(self.target.interval, self.target.jitter);
+        if index == 0 {
+            wait = wait.min(Duration::from_secs(1));
+        }
+        // a message or a dropped sender both mean stop
+        matches!(
+            self.stop.recv_timeout(wait),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+
+    fn outcome(&mut self, outcome: ProbeOutcome) {
+        self.sink
+            .metrics
+            .probes
+            .outcome(&self.target.name, &outcome);
+        self.sink.cross_check(&self.target.name, &outcome);
+    }
+
+    /// The persistent QP's ERR and destroy are cross-checked too, but the
+    /// disconnect is not a probe of its own.
+    fn closed(&mut self, outcome: ProbeOutcome) {
+        self.sink.cross_check(&self.target.name, &outcome);
+    }
+}
+
 fn run_target(target: Target, sink: ProbeSink, stop: mpsc::Receiver<()>) {
     let config = probe_config(&target);
-    let mut persistent = match target.mode {
-        ProbeModeSetting::Persistent => Some(PersistentProbe::new(config.clone())),
-        ProbeModeSetting::Oneshot => None,
+    let mode = match target.mode {
+        ProbeModeSetting::Persistent => ProbeMode::Persistent,
+        ProbeModeSetting::Oneshot => ProbeMode::OneShot,
     };
-    let mut wait = jittered(target.interval, target.jitter).min(Duration::from_secs(1));
-    // a message or a dropped sender both mean stop
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(wait) {
-        let outcome = match persistent.as_mut() {
-            Some(probe) => probe.round(),
-            None => probe_once(&config),
-        };
-        sink.metrics.probes.outcome(&target.name, &outcome);
-        sink.cross_check(&target.name, &outcome);
-        wait = jittered(target.interval, target.jitter);
-    }
-    // The persistent QP's ERR and destroy are cross-checked too, but the
-    // disconnect is not a probe of its own.
-    if let Some(last) = persistent.as_mut().and_then(PersistentProbe::shut) {
-        sink.cross_check(&target.name, &last);
-    }
+    run_probes(&config, mode, None, &mut TargetLoop { target, sink, stop });
 }
 
 /// The responder, the probe threads, and their reconfiguration.
@@ -422,23 +294,12 @@ pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid probe: {e}"))?;
-    let mut outcomes = Vec::with_capacity(args.count as usize);
     let mode = if args.persistent {
-        let mut probe = PersistentProbe::new(config.clone());
-        for _ in 0..args.count {
-            outcomes.push(probe.round());
-        }
-        if let Some(last) = outcomes.last_mut() {
-            probe.close(last);
-        }
         ProbeMode::Persistent
     } else {
-        for _ in 0..args.count {
-            outcomes.push(probe_once(&config));
-        }
         ProbeMode::OneShot
     };
-    let summary = ProbeSummary::from_outcomes(args.target, mode, args.size, outcomes);
+    let summary = probe_summary(&config, mode, args.count, Duration::ZERO);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -475,95 +336,4 @@ fn signal_hook_iterator() -> anyhow::Result<signal_hook::iterator::Signals> {
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
     ])?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn user(
-        kind: QpCallKind,
-        to: Option<rdma_probe::QpState>,
-        start: u64,
-        dur: u64,
-    ) -> rdma_probe::QpCall {
-        rdma_probe::QpCall {
-            kind,
-            target_state: to,
-            start_ns: start,
-            duration: Duration::from_nanos(dur),
-            rc: 0,
-        }
-    }
-
-    fn kernel(kind: QpCallKind, to: Option<QpState>, start: u64, end: u64) -> KernelCall {
-        KernelCall {
-            kind,
-            to,
-            start_ns: start,
-            end_ns: end,
-            rc: 0,
-        }
-    }
-
-    #[test]
-    fn matches_each_call_inside_its_userspace_span() {
-        use rdma_probe::QpState as P;
-        let u = vec![
-            user(QpCallKind::Create, None, 1_000_000, 100_000),
-            user(QpCallKind::Modify, Some(P::Init), 2_000_000, 20_000),
-            user(QpCallKind::Modify, Some(P::Rtr), 3_000_000, 30_000),
-            user(QpCallKind::Destroy, None, 9_000_000, 50_000),
-        ];
-        let k = vec![
-            kernel(QpCallKind::Create, None, 1_010_000, 1_090_000),
-            kernel(
-                QpCallKind::Modify,
-                Some(QpState::Init),
-                2_005_000,
-                2_015_000,
-            ),
-            kernel(QpCallKind::Modify, Some(QpState::Rtr), 3_002_000, 3_025_000),
-            kernel(QpCallKind::Destroy, None, 9_001_000, 9_040_000),
-        ];
-        let c = cross_check(&u, &k);
-        assert!(c.missing.is_empty(), "{c:?}");
-        assert_eq!(c.skews.len(), 4);
-        assert!(
-            (c.skews[0].1 - 20e-6).abs() < 1e-9,
-            "create: 100 µs − 80 µs"
-        );
-        assert_eq!(c.skews[0].0, "create");
-    }
-
-    #[test]
-    fn reports_what_the_kernel_side_missed() {
-        use rdma_probe::QpState as P;
-        let u = vec![
-            user(QpCallKind::Create, None, 1_000_000, 100_000),
-            user(QpCallKind::Modify, Some(P::Rts), 5_000_000, 10_000),
-        ];
-        // an RTS transition outside the call's span does not count
-        let k = vec![
-            kernel(QpCallKind::Create, None, 1_010_000, 1_090_000),
-            kernel(QpCallKind::Modify, Some(QpState::Rts), 7_000_000, 7_001_000),
-        ];
-        let c = cross_check(&u, &k);
-        assert_eq!(c.missing, vec!["modify to RTS".to_owned()]);
-    }
-
-    #[test]
-    fn own_calls_are_bounded() {
-        let mut own = OwnCalls::default();
-        for qp in 0..(OwnCalls::MAX_QPS as u32 + 10) {
-            own.record(&QpCall::synthetic(Call::Destroy, "rxe0", qp, 1, 2));
-        }
-        assert_eq!(own.calls.len(), OwnCalls::MAX_QPS);
-        assert!(own.get(&("rxe0".into(), 0)).is_empty());
-        assert_eq!(
-            own.get(&("rxe0".into(), OwnCalls::MAX_QPS as u32 + 9))
-                .len(),
-            1
-        );
-    }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use rdma_probe::{
-    parse_endpoint, parse_target, probe_once, PersistentProbe, PollMode, ProbeConfig, ProbeMode,
-    ProbeSummary, Responder, ResponderConfig, Step, DEFAULT_PORT,
+    parse_endpoint, parse_target, probe_summary, PollMode, ProbeConfig, ProbeMode, Responder,
+    ResponderConfig, Step, DEFAULT_PORT,
 };
 
 #[derive(Parser)]
@@ -157,29 +157,13 @@ fn run_probe(args: ProbeArgs) -> Result<ExitCode> {
     config.fail_after = args.fail_after;
     config.validate().context("invalid probe options")?;
 
-    let mut outcomes = Vec::with_capacity(args.probes as usize);
     let mode = if args.persistent {
-        let mut probe = PersistentProbe::new(config.clone());
-        for i in 0..args.probes {
-            if i > 0 {
-                std::thread::sleep(Duration::from_millis(args.probe_interval_ms));
-            }
-            outcomes.push(probe.round());
-        }
-        if let Some(last) = outcomes.last_mut() {
-            probe.close(last);
-        }
         ProbeMode::Persistent
     } else {
-        for i in 0..args.probes {
-            if i > 0 {
-                std::thread::sleep(Duration::from_millis(args.probe_interval_ms));
-            }
-            outcomes.push(probe_once(&config));
-        }
         ProbeMode::OneShot
     };
-    let summary = ProbeSummary::from_outcomes(config.target, mode, config.message_size, outcomes);
+    let interval = Duration::from_millis(args.probe_interval_ms);
+    let summary = probe_summary(&config, mode, args.probes, interval);
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut stdout, &summary)?;
