@@ -1,4 +1,4 @@
-//! Keeps the probes attached as kernel modules come and go.
+//! Keeps the hooks attached as kernel modules come and go.
 //!
 //! Every poll: an instance whose modules' BTF is present but that is not
 //! loaded gets loaded, attached, reconciled with the kernel's netlink view
@@ -599,7 +599,7 @@ async fn drain_rings(
         Ok(ring) => drain_until_stopped(ring, drain_all, stop).await,
         Err(error) => warn!(%error, "cannot poll the ring buffer"),
     }
-    // Whatever is still in the ring is counted before the probes go away.
+    // Whatever is still in the ring is counted before the hooks go away.
     let mut pipeline = pipeline.lock().expect("not poisoned");
     let flushed = pipeline.flush();
     pipeline.remove_ring(kind.name());
