@@ -1,5 +1,5 @@
 //! Builds the eBPF programs in ../ebpf for bpfel-unknown-none and places the
-//! object in OUT_DIR, where probes.rs embeds it with `include_bytes_aligned!`.
+//! object in OUT_DIR, where kernel/hooks.rs embeds it with `include_bytes_aligned!`.
 //!
 //! The eBPF crate is compiled by Debian's rustc (`rustc-web`), which ships a
 //! prebuilt `core` for the BPF targets, and linked by bpf-linker. Both can be

@@ -6,7 +6,9 @@
 //! (the agent decodes with an explicit size check).
 #![no_std]
 
+mod hooks;
 pub mod vocab;
+pub use hooks::{hook, ib_cm_slot, CmOp, IB_CM_TRACEPOINTS};
 
 /// `IB_DEVICE_NAME_MAX` in include/rdma/ib_verbs.h.
 pub const DEVICE_NAME_LEN: usize = 64;
@@ -159,112 +161,6 @@ impl LostReason {
     }
 }
 
-/// Hook ids used in [`PendingKey::hook`]. CM hooks use `CM_BASE + CmOp`.
-pub mod hook {
-    pub const CREATE_QP_USER: u32 = 1;
-    pub const CREATE_QP_KERNEL: u32 = 2;
-    pub const MODIFY_QP: u32 = 3;
-    pub const DESTROY_QP: u32 = 4;
-    pub const CM_BASE: u32 = 1000;
-
-    /// Entries of the `RETURN_HOOKED_SINCE` array.
-    pub const RETURN_SLOTS: u32 = 64;
-
-    /// A kprobe/kretprobe pair's entry in `RETURN_HOOKED_SINCE`, where the
-    /// agent writes when the kretprobe was attached (CLOCK_MONOTONIC ns; 0:
-    /// not attached). A call that began before that never gets its return
-    /// program run (the kernel sets up the return hook at the call's entry):
-    /// its entry is dropped, not counted as lost.
-    pub const fn return_slot(hook: u32) -> u32 {
-        if hook >= CM_BASE {
-            16 + hook - CM_BASE
-        } else {
-            hook
-        }
-    }
-}
-
-/// What produced a [`CmEvent`]: an rdma_cm function, hooked by a kprobe and
-/// kretprobe pair (a completed call) or by a kprobe alone (entry only).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CmOp {
-    /// `rdma_create_qp(id, pd, init_attr)`
-    CreateQp = 1,
-    /// `cma_init_conn_qp(id_priv, qp)`: RESET→INIT of a connected kernel QP
-    InitConnQp = 3,
-    /// `cma_init_ud_qp(id_priv, qp)`: RESET→INIT→RTR→RTS of a kernel UD QP
-    InitUdQp = 4,
-    /// `cma_modify_qp_rtr(id_priv, conn_param)`
-    ModifyQpRtr = 5,
-    /// `cma_modify_qp_rts(id_priv, conn_param)`
-    ModifyQpRts = 6,
-    /// `cma_modify_qp_err(id_priv)`
-    ModifyQpErr = 7,
-    /// `cma_cm_event_handler(id_priv, event)`: delivery of an RDMA CM event
-    EventHandler = 8,
-    /// `cma_ib_handler(ib_cm_id, ib_cm_event)`: IB CM event on a connection
-    IbHandler = 9,
-    /// `cma_ib_req_handler(ib_cm_id, ib_cm_event)`: incoming connection request
-    IbReqHandler = 10,
-    /// `ucma_event_handler(cm_id, event)`: queueing of an event to userspace
-    UcmaHandler = 11,
-    ResolveAddr = 13,
-    ResolveRoute = 14,
-    Listen = 15,
-    /// `rdma_connect_locked(id, conn_param)`: sends the REQ (SIDR REQ for UD)
-    Connect = 16,
-    /// `rdma_accept(id, conn_param)`: the REP, or without parameters the
-    /// active side's RTU (through `cma_rep_recv`)
-    Accept = 17,
-    /// `cma_rep_recv(id_priv)`: the active side's QP to RTR and RTS, then the RTU
-    RepRecv = 18,
-    /// `rdma_reject(id, ...)`
-    Reject = 19,
-    /// `rdma_disconnect(id)`: DREQ, or DREP to the peer's DREQ
-    Disconnect = 20,
-    /// `_destroy_id(id_priv, state)` (entry only): the end of every id
-    DestroyId = 21,
-    /// `rdma_destroy_qp(id)` (entry only): a kernel QP leaves its id
-    DestroyQp = 22,
-}
-
-impl CmOp {
-    pub const ALL: [CmOp; 20] = [
-        CmOp::CreateQp,
-        CmOp::InitConnQp,
-        CmOp::InitUdQp,
-        CmOp::ModifyQpRtr,
-        CmOp::ModifyQpRts,
-        CmOp::ModifyQpErr,
-        CmOp::EventHandler,
-        CmOp::IbHandler,
-        CmOp::IbReqHandler,
-        CmOp::UcmaHandler,
-        CmOp::ResolveAddr,
-        CmOp::ResolveRoute,
-        CmOp::Listen,
-        CmOp::Connect,
-        CmOp::Accept,
-        CmOp::RepRecv,
-        CmOp::Reject,
-        CmOp::Disconnect,
-        CmOp::DestroyId,
-        CmOp::DestroyQp,
-    ];
-
-    pub fn from_u32(v: u32) -> Option<Self> {
-        let mut i = 0;
-        while i < Self::ALL.len() {
-            if Self::ALL[i] as u32 == v {
-                return Some(Self::ALL[i]);
-            }
-            i += 1;
-        }
-        None
-    }
-}
-
 /// [`CmEvent::flags`]: the id belongs to a userspace process (`res.user`).
 pub const CM_FLAG_USER: u32 = 1;
 /// The id has a kernel QP attached (`id->qp != NULL`): in-kernel consumers only.
@@ -343,46 +239,6 @@ impl CmEvent {
     }
 }
 
-/// The `ib_cma:*` tracepoints (drivers/infiniband/core/cm_trace.h) counted in
-/// the kernel: raw tracepoint program `tp_<name>` increments slot `index` of
-/// `IB_CM_HITS`.
-pub const IB_CM_TRACEPOINTS: [&str; 34] = [
-    "icm_dreq_skipped",
-    "icm_dreq_unknown_err",
-    "icm_establish_err",
-    "icm_handler_err",
-    "icm_insert_failed_err",
-    "icm_issue_drep",
-    "icm_issue_rej",
-    "icm_mad_send_err",
-    "icm_mra_unknown_err",
-    "icm_no_listener_err",
-    "icm_no_priv_err",
-    "icm_qp_init_err",
-    "icm_qp_rtr_err",
-    "icm_qp_rts_err",
-    "icm_rej_unknown_err",
-    "icm_remote_no_priv_err",
-    "icm_rep_unknown_err",
-    "icm_send_cm_rtu_err",
-    "icm_send_drep",
-    "icm_send_drep_err",
-    "icm_send_dreq",
-    "icm_send_dup_rep",
-    "icm_send_dup_req",
-    "icm_send_mra",
-    "icm_send_mra_unknown_err",
-    "icm_send_rej",
-    "icm_send_rep",
-    "icm_send_rep_err",
-    "icm_send_req",
-    "icm_send_rtu",
-    "icm_send_sidr_rep",
-    "icm_send_sidr_req",
-    "icm_send_unknown_rej_err",
-    "icm_staleconn_err",
-];
-
 /// Byte offsets of the kernel struct fields the programs read, resolved from the
 /// running kernel's BTF by the agent and written into the `OFFSETS` global
 /// before load. Never compiled in: the programs read nothing without them.
@@ -445,13 +301,5 @@ mod tests {
         assert_eq!(size_of::<KernelOffsets>(), 4 * 8);
         let cm_fields = 4 * 2 + 8 * 4 + 4 * 10 + COMM_LEN + DEVICE_NAME_LEN;
         assert_eq!(size_of::<CmEvent>(), cm_fields);
-    }
-
-    #[test]
-    fn cm_ops_round_trip() {
-        for op in CmOp::ALL {
-            assert_eq!(CmOp::from_u32(op as u32), Some(op));
-        }
-        assert_eq!(CmOp::from_u32(0), None);
     }
 }

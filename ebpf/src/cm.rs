@@ -14,7 +14,7 @@ use aya_ebpf::{
     Global,
 };
 use qpwatch_common::{
-    hook, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_ATTACHED,
+    ib_cm_slot, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_ATTACHED,
     CM_FLAG_CONN_PARAM, CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN,
     IB_CM_TRACEPOINTS,
 };
@@ -114,7 +114,7 @@ fn begin_cm(
         event.flags |= CM_FLAG_STATE;
     }
     fill(&mut event, &k, &c);
-    begin(ctx, &CM_PENDING, hook::CM_BASE + op as u32, &event);
+    begin(ctx, &CM_PENDING, op.hook(), &event);
 }
 
 /// `only_with_qp`: drop the record when the id had no kernel QP at entry (the
@@ -123,7 +123,7 @@ fn begin_cm(
 fn finish_cm(ctx: &RetProbeContext, op: CmOp, only_with_qp: bool) {
     let Some((k, c)) = cm_offsets() else { return };
     let rc: u64 = ctx.ret();
-    finish(ctx, &CM_PENDING, hook::CM_BASE + op as u32, |event| {
+    finish(ctx, &CM_PENDING, op.hook(), |event| {
         let had_qp = event.flags & CM_FLAG_HAS_QP != 0;
         event.rc = rc as i32;
         let id_priv = event.id_ptr;
@@ -145,147 +145,134 @@ fn id_priv_of(cm_id: u64) -> u64 {
     }
 }
 
-macro_rules! cm_call {
-    ($entry:ident, $ret:ident, $op:expr, $arg0:ident) => {
-        #[kprobe]
+/// The programs of one [`CmOp`]: a kprobe and kretprobe pair on `$function`
+/// (`$begin(&ctx, op)` records the call at entry, the return completes it;
+/// `$only_with_qp`: see [`finish_cm`]), or, with `entry`, a kprobe alone that
+/// emits the record at once, about the id `$id_priv(&ctx)`. `$function` must
+/// be the op's ([`CmOp::function`]): checked at compile time.
+macro_rules! cm_hook {
+    (
+        $op:ident on $function:literal:
+        $entry:ident, $ret:ident, $begin:ident, $only_with_qp:expr
+    ) => {
+        cm_hook!(@check $op $function);
+
+        #[kprobe(function = $function)]
         pub fn $entry(ctx: ProbeContext) -> u32 {
-            let arg0: u64 = ctx.arg(0).unwrap_or(0);
-            begin_cm(&ctx, $op, $arg0(arg0), |_, _, _| {});
+            $begin(&ctx, CmOp::$op);
             0
         }
 
-        #[kretprobe]
+        #[kretprobe(function = $function)]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
-            finish_cm(&ctx, $op, false);
+            finish_cm(&ctx, CmOp::$op, $only_with_qp);
             0
         }
+    };
+    ($op:ident on $function:literal: entry $entry:ident, $id_priv:ident) => {
+        cm_hook!(@check $op $function);
+
+        #[kprobe(function = $function)]
+        pub fn $entry(ctx: ProbeContext) -> u32 {
+            cm_entry_hit(CmOp::$op, $id_priv(&ctx));
+            0
+        }
+    };
+    (@check $op:ident $function:literal) => {
+        const _: () = assert!(
+            CmOp::$op.is_function($function),
+            concat!("CmOp::", stringify!($op), " names another function than ", $function)
+        );
     };
 }
 
-macro_rules! cma_qp_helper {
-    ($entry:ident, $ret:ident, $op:expr, $only_with_qp:expr) => {
-        #[kprobe]
-        pub fn $entry(ctx: ProbeContext) -> u32 {
-            let id_priv: u64 = ctx.arg(0).unwrap_or(0);
-            begin_cm(&ctx, $op, id_priv, |_, _, _| {});
-            0
-        }
+/// The first argument, a `struct rdma_id_private *`.
+#[inline(always)]
+fn id_priv_arg(ctx: &ProbeContext) -> u64 {
+    ctx.arg(0).unwrap_or(0)
+}
 
-        #[kretprobe]
-        pub fn $ret(ctx: RetProbeContext) -> u32 {
-            finish_cm(&ctx, $op, $only_with_qp);
-            0
-        }
-    };
+/// The first argument, a `struct rdma_cm_id *`: the id embedded in its
+/// rdma_id_private.
+#[inline(always)]
+fn cm_id_arg(ctx: &ProbeContext) -> u64 {
+    id_priv_of(ctx.arg(0).unwrap_or(0))
+}
+
+#[inline(always)]
+fn begin_cm_id(ctx: &ProbeContext, op: CmOp) {
+    begin_cm(ctx, op, cm_id_arg(ctx), |_, _, _| {});
+}
+
+#[inline(always)]
+fn begin_id_priv(ctx: &ProbeContext, op: CmOp) {
+    begin_cm(ctx, op, id_priv_arg(ctx), |_, _, _| {});
 }
 
 // int rdma_resolve_addr(struct rdma_cm_id *id, ...) and friends: the first
 // argument is the embedded `struct rdma_cm_id`.
-cm_call!(
-    cm_resolve_addr,
-    cm_resolve_addr_ret,
-    CmOp::ResolveAddr,
-    id_priv_of
-);
-cm_call!(
-    cm_resolve_route,
-    cm_resolve_route_ret,
-    CmOp::ResolveRoute,
-    id_priv_of
-);
-cm_call!(cm_listen, cm_listen_ret, CmOp::Listen, id_priv_of);
+cm_hook!(ResolveAddr on "rdma_resolve_addr":
+    cm_resolve_addr, cm_resolve_addr_ret, begin_cm_id, false);
+cm_hook!(ResolveRoute on "rdma_resolve_route":
+    cm_resolve_route, cm_resolve_route_ret, begin_cm_id, false);
+cm_hook!(Listen on "rdma_listen": cm_listen, cm_listen_ret, begin_cm_id, false);
 // int rdma_connect_locked(struct rdma_cm_id *id, struct rdma_conn_param *):
 // the REQ (or SIDR REQ) goes out inside it (cma_connect_ib,
 // cma_resolve_ib_udp); rdma_connect() and librdmacm's connect end here.
-cm_call!(cm_connect, cm_connect_ret, CmOp::Connect, id_priv_of);
-cm_call!(cm_reject, cm_reject_ret, CmOp::Reject, id_priv_of);
+cm_hook!(Connect on "rdma_connect_locked": cm_connect, cm_connect_ret, begin_cm_id, false);
+cm_hook!(Reject on "rdma_reject": cm_reject, cm_reject_ret, begin_cm_id, false);
 // int rdma_disconnect(struct rdma_cm_id *id): sends the DREQ, or the DREP
 // to the peer's DREQ.
-cm_call!(
-    cm_disconnect,
-    cm_disconnect_ret,
-    CmOp::Disconnect,
-    id_priv_of
-);
+cm_hook!(Disconnect on "rdma_disconnect": cm_disconnect, cm_disconnect_ret, begin_cm_id, false);
 
 // The static cma_*_qp helpers of drivers/infiniband/core/cma.c take the
 // rdma_id_private itself. cma_init_{conn,ud}_qp get the new QP as an argument
 // (rdma_create_qp() sets id->qp only after them); the cma_modify_qp_* ones
 // return early for ids without a kernel QP, i.e. every userspace id.
-cma_qp_helper!(
-    cm_init_conn_qp,
-    cm_init_conn_qp_ret,
-    CmOp::InitConnQp,
-    false
-);
-cma_qp_helper!(cm_init_ud_qp, cm_init_ud_qp_ret, CmOp::InitUdQp, false);
+cm_hook!(InitConnQp on "cma_init_conn_qp":
+    cm_init_conn_qp, cm_init_conn_qp_ret, begin_id_priv, false);
+cm_hook!(InitUdQp on "cma_init_ud_qp": cm_init_ud_qp, cm_init_ud_qp_ret, begin_id_priv, false);
 // static int cma_rep_recv(struct rdma_id_private *id_priv): the active side
 // moves its kernel QP to RTR and RTS (if it has one) and sends the RTU; on
 // failure it rejects. From cma_ib_handler for kernel consumers, from
 // rdma_accept() without parameters for librdmacm after CONNECT_RESPONSE.
-cma_qp_helper!(cm_rep_recv, cm_rep_recv_ret, CmOp::RepRecv, false);
-cma_qp_helper!(
-    cm_modify_qp_rtr,
-    cm_modify_qp_rtr_ret,
-    CmOp::ModifyQpRtr,
-    true
-);
-cma_qp_helper!(
-    cm_modify_qp_rts,
-    cm_modify_qp_rts_ret,
-    CmOp::ModifyQpRts,
-    true
-);
-cma_qp_helper!(
-    cm_modify_qp_err,
-    cm_modify_qp_err_ret,
-    CmOp::ModifyQpErr,
-    true
-);
+cm_hook!(RepRecv on "cma_rep_recv": cm_rep_recv, cm_rep_recv_ret, begin_id_priv, false);
+cm_hook!(ModifyQpRtr on "cma_modify_qp_rtr":
+    cm_modify_qp_rtr, cm_modify_qp_rtr_ret, begin_id_priv, true);
+cm_hook!(ModifyQpRts on "cma_modify_qp_rts":
+    cm_modify_qp_rts, cm_modify_qp_rts_ret, begin_id_priv, true);
+cm_hook!(ModifyQpErr on "cma_modify_qp_err":
+    cm_modify_qp_err, cm_modify_qp_err_ret, begin_id_priv, true);
 
 /// `int rdma_create_qp(struct rdma_cm_id *id, struct ib_pd *pd,
 ///     struct ib_qp_init_attr *qp_init_attr)`; `id_priv->qp_num` is set on success.
-#[kprobe]
-pub fn cm_create_qp(ctx: ProbeContext) -> u32 {
-    let id: u64 = ctx.arg(0).unwrap_or(0);
+#[inline(always)]
+fn begin_create_qp(ctx: &ProbeContext, op: CmOp) {
     let pd: u64 = ctx.arg(1).unwrap_or(0);
     let init_attr: u64 = ctx.arg(2).unwrap_or(0);
-    begin_cm(&ctx, CmOp::CreateQp, id_priv_of(id), |event, k, _| {
+    begin_cm(ctx, op, cm_id_arg(ctx), |event, k, _| {
         event.qp_type = read_u32(init_attr, k.ib_qp_init_attr_qp_type);
         if event.device[0] == 0 && pd != 0 {
             read_device_name(read_ptr(pd, k.ib_pd_device), k, &mut event.device);
         }
     });
-    0
 }
-
-#[kretprobe]
-pub fn cm_create_qp_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::CreateQp, false);
-    0
-}
+cm_hook!(CreateQp on "rdma_create_qp": cm_create_qp, cm_create_qp_ret, begin_create_qp, false);
 
 /// `int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param
 /// *conn_param)`: with parameters, the passive side's REP (cma_accept_ib;
 /// `id_priv->qp_num` is the userspace QP's); without, the active side's
 /// cma_rep_recv (librdmacm after CONNECT_RESPONSE).
-#[kprobe]
-pub fn cm_accept(ctx: ProbeContext) -> u32 {
-    let id: u64 = ctx.arg(0).unwrap_or(0);
+#[inline(always)]
+fn begin_accept(ctx: &ProbeContext, op: CmOp) {
     let conn_param: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(&ctx, CmOp::Accept, id_priv_of(id), |event, _, _| {
+    begin_cm(ctx, op, cm_id_arg(ctx), |event, _, _| {
         if conn_param != 0 {
             event.flags |= CM_FLAG_CONN_PARAM;
         }
     });
-    0
 }
-
-#[kretprobe]
-pub fn cm_accept_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::Accept, false);
-    0
-}
+cm_hook!(Accept on "rdma_accept": cm_accept, cm_accept_ret, begin_accept, false);
 
 /// `static int cma_cm_event_handler(struct rdma_id_private *id_priv,
 ///     struct rdma_cm_event *event)`: every RDMA CM event goes through it to
@@ -293,41 +280,29 @@ pub fn cm_accept_ret(ctx: RetProbeContext) -> u32 {
 /// consumer's result. (The rdma_cma:cm_event_handler tracepoint would pin
 /// rdma_cm, and fires a second time, for the wildcard listener, from
 /// cma_listen_handler when a connection request reaches a per-device listener.)
-#[kprobe]
-pub fn cm_event_handler(ctx: ProbeContext) -> u32 {
-    let id_priv: u64 = ctx.arg(0).unwrap_or(0);
+#[inline(always)]
+fn begin_cm_event(ctx: &ProbeContext, op: CmOp) {
     let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(&ctx, CmOp::EventHandler, id_priv, |event, _, c| {
+    begin_cm(ctx, op, id_priv_arg(ctx), |event, _, c| {
         event.event = read_u32(event_ptr, c.cm_event_event);
         event.status = read_u32(event_ptr, c.cm_event_status) as i32;
     });
-    0
 }
-
-#[kretprobe]
-pub fn cm_event_handler_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::EventHandler, false);
-    0
-}
+cm_hook!(EventHandler on "cma_cm_event_handler":
+    cm_event_handler, cm_event_handler_ret, begin_cm_event, false);
 
 /// `static int ucma_event_handler(struct rdma_cm_id *cm_id,
 ///     struct rdma_cm_event *event)` in rdma_ucm.
-#[kprobe]
-pub fn cm_ucma_handler(ctx: ProbeContext) -> u32 {
-    let id: u64 = ctx.arg(0).unwrap_or(0);
+#[inline(always)]
+fn begin_ucma_event(ctx: &ProbeContext, op: CmOp) {
     let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(&ctx, CmOp::UcmaHandler, id_priv_of(id), |event, _, c| {
+    begin_cm(ctx, op, cm_id_arg(ctx), |event, _, c| {
         event.event = read_u32(event_ptr, c.cm_event_event);
         event.status = read_u32(event_ptr, c.cm_event_status) as i32;
     });
-    0
 }
-
-#[kretprobe]
-pub fn cm_ucma_handler_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::UcmaHandler, false);
-    0
-}
+cm_hook!(UcmaHandler on "ucma_event_handler":
+    cm_ucma_handler, cm_ucma_handler_ret, begin_ucma_event, false);
 
 /// `static int cma_ib_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *ib_event)`
 /// and `cma_ib_req_handler` (same signature): `cm_id->context` is the
@@ -346,30 +321,9 @@ fn begin_ib_handler(ctx: &ProbeContext, op: CmOp) {
         event.event = read_u32(ib_event, c.ib_cm_event_event);
     });
 }
-
-#[kprobe]
-pub fn cm_ib_handler(ctx: ProbeContext) -> u32 {
-    begin_ib_handler(&ctx, CmOp::IbHandler);
-    0
-}
-
-#[kretprobe]
-pub fn cm_ib_handler_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::IbHandler, false);
-    0
-}
-
-#[kprobe]
-pub fn cm_ib_req_handler(ctx: ProbeContext) -> u32 {
-    begin_ib_handler(&ctx, CmOp::IbReqHandler);
-    0
-}
-
-#[kretprobe]
-pub fn cm_ib_req_handler_ret(ctx: RetProbeContext) -> u32 {
-    finish_cm(&ctx, CmOp::IbReqHandler, false);
-    0
-}
+cm_hook!(IbHandler on "cma_ib_handler": cm_ib_handler, cm_ib_handler_ret, begin_ib_handler, false);
+cm_hook!(IbReqHandler on "cma_ib_req_handler":
+    cm_ib_req_handler, cm_ib_req_handler_ret, begin_ib_handler, false);
 
 /// A function hooked at entry only: the record is emitted there, with the
 /// id as the function finds it.
@@ -385,68 +339,28 @@ fn cm_entry_hit(op: CmOp, id_priv: u64) {
     emit(&event);
 }
 
-/// `static void _destroy_id(struct rdma_id_private *id_priv, enum
-/// rdma_cm_state state)`: every id ends here, destroyed by its owner
-/// (rdma_destroy_id), by the CMA when a handler returned non-zero, or on
-/// device removal.
-#[kprobe]
-pub fn cm_destroy_id(ctx: ProbeContext) -> u32 {
-    cm_entry_hit(CmOp::DestroyId, ctx.arg(0).unwrap_or(0));
-    0
-}
+// static void _destroy_id(struct rdma_id_private *id_priv, enum
+// rdma_cm_state state): every id ends here, destroyed by its owner
+// (rdma_destroy_id), by the CMA when a handler returned non-zero, or on
+// device removal.
+cm_hook!(DestroyId on "_destroy_id": entry cm_destroy_id, id_priv_arg);
+// void rdma_destroy_qp(struct rdma_cm_id *id): a kernel consumer's QP
+// leaves its id (the QP itself is destroyed through ib_destroy_qp).
+cm_hook!(DestroyQp on "rdma_destroy_qp": entry cm_destroy_qp, cm_id_arg);
 
-/// `void rdma_destroy_qp(struct rdma_cm_id *id)`: a kernel consumer's QP
-/// leaves its id (the QP itself is destroyed through ib_destroy_qp).
-#[kprobe]
-pub fn cm_destroy_qp(ctx: ProbeContext) -> u32 {
-    cm_entry_hit(CmOp::DestroyQp, id_priv_of(ctx.arg(0).unwrap_or(0)));
-    0
-}
-
-macro_rules! ib_cm_tracepoint {
-    ($name:ident, $tracepoint:literal, $index:expr) => {
+/// One raw tracepoint program per line of `ib_cm_tracepoints!`, counting in
+/// the tracepoint's slot of `IB_CM_HITS`.
+macro_rules! ib_cm_programs {
+    ($($program:ident => $tracepoint:literal,)*) => {$(
         #[raw_tracepoint(tracepoint = $tracepoint)]
-        pub fn $name(_ctx: RawTracePointContext) -> i32 {
+        pub fn $program(_ctx: RawTracePointContext) -> i32 {
+            const SLOT: usize = ib_cm_slot($tracepoint);
             if let Some(hits) = IB_CM_HITS.get_ptr_mut(0) {
                 // SAFETY: per-CPU slot.
-                unsafe { (*hits)[$index] += 1 };
+                unsafe { (*hits)[SLOT] += 1 };
             }
             0
         }
-    };
+    )*};
 }
-
-ib_cm_tracepoint!(tp_icm_dreq_skipped, "icm_dreq_skipped", 0);
-ib_cm_tracepoint!(tp_icm_dreq_unknown_err, "icm_dreq_unknown_err", 1);
-ib_cm_tracepoint!(tp_icm_establish_err, "icm_establish_err", 2);
-ib_cm_tracepoint!(tp_icm_handler_err, "icm_handler_err", 3);
-ib_cm_tracepoint!(tp_icm_insert_failed_err, "icm_insert_failed_err", 4);
-ib_cm_tracepoint!(tp_icm_issue_drep, "icm_issue_drep", 5);
-ib_cm_tracepoint!(tp_icm_issue_rej, "icm_issue_rej", 6);
-ib_cm_tracepoint!(tp_icm_mad_send_err, "icm_mad_send_err", 7);
-ib_cm_tracepoint!(tp_icm_mra_unknown_err, "icm_mra_unknown_err", 8);
-ib_cm_tracepoint!(tp_icm_no_listener_err, "icm_no_listener_err", 9);
-ib_cm_tracepoint!(tp_icm_no_priv_err, "icm_no_priv_err", 10);
-ib_cm_tracepoint!(tp_icm_qp_init_err, "icm_qp_init_err", 11);
-ib_cm_tracepoint!(tp_icm_qp_rtr_err, "icm_qp_rtr_err", 12);
-ib_cm_tracepoint!(tp_icm_qp_rts_err, "icm_qp_rts_err", 13);
-ib_cm_tracepoint!(tp_icm_rej_unknown_err, "icm_rej_unknown_err", 14);
-ib_cm_tracepoint!(tp_icm_remote_no_priv_err, "icm_remote_no_priv_err", 15);
-ib_cm_tracepoint!(tp_icm_rep_unknown_err, "icm_rep_unknown_err", 16);
-ib_cm_tracepoint!(tp_icm_send_cm_rtu_err, "icm_send_cm_rtu_err", 17);
-ib_cm_tracepoint!(tp_icm_send_drep, "icm_send_drep", 18);
-ib_cm_tracepoint!(tp_icm_send_drep_err, "icm_send_drep_err", 19);
-ib_cm_tracepoint!(tp_icm_send_dreq, "icm_send_dreq", 20);
-ib_cm_tracepoint!(tp_icm_send_dup_rep, "icm_send_dup_rep", 21);
-ib_cm_tracepoint!(tp_icm_send_dup_req, "icm_send_dup_req", 22);
-ib_cm_tracepoint!(tp_icm_send_mra, "icm_send_mra", 23);
-ib_cm_tracepoint!(tp_icm_send_mra_unknown_err, "icm_send_mra_unknown_err", 24);
-ib_cm_tracepoint!(tp_icm_send_rej, "icm_send_rej", 25);
-ib_cm_tracepoint!(tp_icm_send_rep, "icm_send_rep", 26);
-ib_cm_tracepoint!(tp_icm_send_rep_err, "icm_send_rep_err", 27);
-ib_cm_tracepoint!(tp_icm_send_req, "icm_send_req", 28);
-ib_cm_tracepoint!(tp_icm_send_rtu, "icm_send_rtu", 29);
-ib_cm_tracepoint!(tp_icm_send_sidr_rep, "icm_send_sidr_rep", 30);
-ib_cm_tracepoint!(tp_icm_send_sidr_req, "icm_send_sidr_req", 31);
-ib_cm_tracepoint!(tp_icm_send_unknown_rej_err, "icm_send_unknown_rej_err", 32);
-ib_cm_tracepoint!(tp_icm_staleconn_err, "icm_staleconn_err", 33);
+qpwatch_common::ib_cm_tracepoints!(ib_cm_programs);

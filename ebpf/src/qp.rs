@@ -57,7 +57,7 @@ fn finish_create(ctx: &RetProbeContext, hook: u32) {
 /// `struct ib_qp *ib_create_qp_user(struct ib_device *dev, struct ib_pd *pd,
 ///     struct ib_qp_init_attr *attr, struct ib_udata *udata, struct ib_uqp_object *uobj,
 ///     const char *caller)` — every uverbs QP, including librdmacm's `rdma_create_qp`.
-#[kprobe]
+#[kprobe(function = "ib_create_qp_user")]
 pub fn qp_create_user(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let device: u64 = ctx.arg(0).unwrap_or(0);
@@ -73,7 +73,7 @@ pub fn qp_create_user(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[kretprobe]
+#[kretprobe(function = "ib_create_qp_user")]
 pub fn qp_create_user_ret(ctx: RetProbeContext) -> u32 {
     finish_create(&ctx, hook::CREATE_QP_USER);
     0
@@ -81,7 +81,7 @@ pub fn qp_create_user_ret(ctx: RetProbeContext) -> u32 {
 
 /// `struct ib_qp *ib_create_qp_kernel(struct ib_pd *pd, struct ib_qp_init_attr *attr,
 ///     const char *caller)` — in-kernel consumers; the device is `pd->device`.
-#[kprobe]
+#[kprobe(function = "ib_create_qp_kernel")]
 pub fn qp_create_kernel(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let pd: u64 = ctx.arg(0).unwrap_or(0);
@@ -102,7 +102,7 @@ pub fn qp_create_kernel(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[kretprobe]
+#[kretprobe(function = "ib_create_qp_kernel")]
 pub fn qp_create_kernel_ret(ctx: RetProbeContext) -> u32 {
     finish_create(&ctx, hook::CREATE_QP_KERNEL);
     0
@@ -122,7 +122,7 @@ fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets) {
 /// `static int _ib_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int attr_mask,
 ///     struct ib_udata *udata)` — both `ib_modify_qp_with_udata` (uverbs) and
 /// `ib_modify_qp` (kernel) end here, always with `qp->real_qp`.
-#[kprobe]
+#[kprobe(function = "_ib_modify_qp")]
 pub fn qp_modify(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let qp: u64 = ctx.arg(0).unwrap_or(0);
@@ -138,7 +138,7 @@ pub fn qp_modify(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[kretprobe]
+#[kretprobe(function = "_ib_modify_qp")]
 pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
     let rc: u64 = ctx.ret();
     finish(&ctx, &PENDING, hook::MODIFY_QP, |event| {
@@ -151,7 +151,7 @@ pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
 /// `int ib_destroy_qp_user(struct ib_qp *qp, struct ib_udata *udata)` — uverbs and
 /// kernel (`ib_destroy_qp()` is an inline wrapper) destroys alike. Fails with
 /// -EBUSY while the QP is still in use, so the return code decides.
-#[kprobe]
+#[kprobe(function = "ib_destroy_qp_user")]
 pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let qp: u64 = ctx.arg(0).unwrap_or(0);
@@ -161,7 +161,7 @@ pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[kretprobe]
+#[kretprobe(function = "ib_destroy_qp_user")]
 pub fn qp_destroy_ret(ctx: RetProbeContext) -> u32 {
     let rc: u64 = ctx.ret();
     finish(&ctx, &PENDING, hook::DESTROY_QP, |event| {

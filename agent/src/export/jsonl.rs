@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::{
     kernel::rdma::{cm_event_name, QpState},
-    model::cm::{call_name, CmCorrelator},
+    model::cm::CmCorrelator,
     model::events::{clock_ns, Call, CmCall, QpCall},
     model::pipeline::EventSink,
 };
@@ -150,7 +150,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             ts,
             mono_ns: call.start_ns,
             kind: "cm",
-            op: call_name(call.op),
+            op: call.op.label(),
             device: call.device(),
             qp_num: (call.qp_num != 0).then_some(call.qp_num),
             qp_type: None,

@@ -128,6 +128,83 @@ fn read_perf_event_paranoid() -> Option<i32> {
         .ok()
 }
 
+/// What a program is attached to, as its section in the eBPF object says:
+/// aya-ebpf's `#[kprobe(function = "f")]` puts the program in section
+/// `kprobe/f`, `#[kretprobe(function = "f")]` in `kretprobe/f`,
+/// `#[raw_tracepoint(tracepoint = "t")]` in `raw_tp/t` and
+/// `#[tracepoint(category = "c", name = "t")]` in `tracepoint/c/t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProgramKind {
+    Kprobe,
+    Kretprobe,
+    RawTracepoint,
+    Tracepoint,
+}
+
+impl ProgramKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgramKind::Kprobe => "kprobe",
+            ProgramKind::Kretprobe => "kretprobe",
+            ProgramKind::RawTracepoint => "raw_tracepoint",
+            ProgramKind::Tracepoint => "tracepoint",
+        }
+    }
+
+    /// The kind and target of a program in `section` (the prefixes aya
+    /// accepts); `None` if the section names no target.
+    fn of_section(section: &str) -> Option<(Self, &str)> {
+        let (prefix, target) = section.split_once('/')?;
+        let kind = match prefix {
+            "kprobe" => ProgramKind::Kprobe,
+            "kretprobe" => ProgramKind::Kretprobe,
+            "raw_tp" | "raw_tracepoint" => ProgramKind::RawTracepoint,
+            "tracepoint" | "tp" => ProgramKind::Tracepoint,
+            _ => return None,
+        };
+        (!target.is_empty()).then_some((kind, target))
+    }
+}
+
+/// One program of the eBPF object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectProgram {
+    pub name: &'static str,
+    /// Its section, e.g. `kprobe/ib_create_qp_user`.
+    pub section: &'static str,
+}
+
+impl ObjectProgram {
+    /// Its kind and its target: the kernel function, or the tracepoint
+    /// (`category/name` for a tracepoint, the name alone for a raw one).
+    pub fn attach_point(&self) -> Option<(ProgramKind, &'static str)> {
+        ProgramKind::of_section(self.section)
+    }
+}
+
+/// The programs of an eBPF object, as aya finds them: the named functions
+/// of every section but `.text` (which holds the functions they call).
+pub fn object_programs(object: &'static [u8]) -> Result<Vec<ObjectProgram>, object::Error> {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let file = object::File::parse(object)?;
+    let mut programs = Vec::new();
+    for symbol in file.symbols() {
+        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
+            continue;
+        }
+        let (Ok(name), Some(index)) = (symbol.name(), symbol.section_index()) else {
+            continue;
+        };
+        let section = file.section_by_index(index)?.name()?;
+        if !name.is_empty() && section != ".text" {
+            programs.push(ObjectProgram { name, section });
+        }
+    }
+    programs.sort_by_key(|p| p.name);
+    Ok(programs)
+}
+
+/// How a hook is attached: what a program is attached with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attach {
     Kprobe {
@@ -141,11 +218,11 @@ pub enum Attach {
     },
 }
 
-/// One kernel attach point.
+/// One kernel attach point: a program of the object, with its policy.
 #[derive(Debug, Clone)]
 pub struct Hook {
     /// Program name in the eBPF object.
-    pub program: String,
+    pub program: &'static str,
     pub attach: Attach,
     pub group: Group,
     pub instance: InstanceKind,
@@ -157,7 +234,7 @@ pub struct Hook {
 }
 
 impl Hook {
-    /// `kprobe:f`, `kretprobe:f` or `tracepoint:cat:name`: the `hook` label.
+    /// `kprobe:f`, `kretprobe:f` or `raw_tracepoint:cat:name`: the `hook` label.
     pub fn label(&self) -> String {
         match &self.attach {
             Attach::Kprobe { function, ret } => {
@@ -170,136 +247,302 @@ impl Hook {
     }
 }
 
-/// A kprobe alone: the program records the call at its entry.
-fn kprobe(program: &str, function: &'static str, module: &'static str, group: Group) -> Hook {
-    Hook {
-        program: program.to_owned(),
-        attach: Attach::Kprobe {
-            function,
-            ret: false,
-        },
-        group,
-        instance: InstanceKind::for_module(module),
-        module,
-        return_slot: None,
+/// The programs a policy line expects on its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A kprobe and a kretprobe; the programs key their in-flight calls by
+    /// `hook_id` ([`qpwatch_common::hook`]).
+    Pair { hook_id: u32 },
+    /// A kprobe alone: the program records the call at its entry.
+    Entry,
+    /// A raw tracepoint; `category` only names it (in the `hook` label).
+    RawTracepoint { category: &'static str },
+}
+
+impl Shape {
+    /// The kinds of program on the target, in attach order: within a pair
+    /// the entry program comes first, so that no call in flight at attach
+    /// time yields a return without its entry.
+    fn kinds(self) -> &'static [ProgramKind] {
+        match self {
+            Shape::Pair { .. } => &[ProgramKind::Kprobe, ProgramKind::Kretprobe],
+            Shape::Entry => &[ProgramKind::Kprobe],
+            Shape::RawTracepoint { .. } => &[ProgramKind::RawTracepoint],
+        }
     }
 }
 
-/// A kprobe and kretprobe on `function`, programs `entry` and `entry_ret`,
-/// whose in-flight calls the programs key by `hook_id`.
-fn kprobe_pair(
-    entry: &str,
-    function: &'static str,
-    module: &'static str,
+/// What the object does not say about a hook: its group and its module.
+/// Keyed by the kernel function or tracepoint the programs are attached to.
+#[derive(Debug, Clone, Copy)]
+struct Policy {
+    targets: Targets,
+    shape: Shape,
     group: Group,
-    hook_id: u32,
-) -> [Hook; 2] {
-    let ret = Hook {
-        program: format!("{entry}_ret"),
-        attach: Attach::Kprobe {
-            function,
-            ret: true,
-        },
-        return_slot: Some(hook::return_slot(hook_id)),
-        ..kprobe(entry, function, module, group)
-    };
-    [kprobe(entry, function, module, group), ret]
+    module: &'static str,
 }
 
-/// Every hook qpwatch knows, in attach order. Within a pair the entry probe
-/// comes first, so that no call in flight at attach time yields a return
-/// without its entry.
-pub fn all_hooks() -> Vec<Hook> {
+#[derive(Debug, Clone, Copy)]
+enum Targets {
+    One(&'static str),
+    Each(&'static [&'static str]),
+}
+
+impl Policy {
+    const fn pair(
+        function: &'static str,
+        hook_id: u32,
+        group: Group,
+        module: &'static str,
+    ) -> Self {
+        Policy {
+            targets: Targets::One(function),
+            shape: Shape::Pair { hook_id },
+            group,
+            module,
+        }
+    }
+
+    /// The kprobe and kretprobe of a CM op, on its function.
+    const fn cm_pair(op: CmOp, group: Group, module: &'static str) -> Self {
+        Policy::pair(op.function(), op.hook(), group, module)
+    }
+
+    /// The kprobe of a CM op recorded at entry, on its function.
+    const fn cm_entry(op: CmOp, group: Group, module: &'static str) -> Self {
+        Policy {
+            targets: Targets::One(op.function()),
+            shape: Shape::Entry,
+            group,
+            module,
+        }
+    }
+
+    const fn raw_tracepoints(
+        category: &'static str,
+        names: &'static [&'static str],
+        group: Group,
+        module: &'static str,
+    ) -> Self {
+        Policy {
+            targets: Targets::Each(names),
+            shape: Shape::RawTracepoint { category },
+            group,
+            module,
+        }
+    }
+
+    fn targets(&self) -> &[&'static str] {
+        match &self.targets {
+            Targets::One(target) => std::slice::from_ref(target),
+            Targets::Each(targets) => targets,
+        }
+    }
+}
+
+/// The policy of every hook, in attach order: one line per kernel function
+/// (or set of tracepoints). Where a program is attached, and whether it is
+/// a kprobe or a kretprobe, is the eBPF object's to say (the programs'
+/// attributes); the `hook_table` test checks that both agree.
+const POLICY: &[Policy] = {
     use Group::*;
+    &[
+        // ib_core: the QP lifecycle.
+        Policy::pair("ib_create_qp_user", hook::CREATE_QP_USER, Qp, "ib_core"),
+        Policy::pair("ib_create_qp_kernel", hook::CREATE_QP_KERNEL, Qp, "ib_core"),
+        Policy::pair("_ib_modify_qp", hook::MODIFY_QP, Qp, "ib_core"),
+        Policy::pair("ib_destroy_qp_user", hook::DESTROY_QP, Qp, "ib_core"),
+        // rdma_cm: the QPs of in-kernel consumers.
+        Policy::cm_pair(CmOp::CreateQp, KernelUlp, "rdma_cm"),
+        Policy::cm_pair(CmOp::InitConnQp, KernelUlp, "rdma_cm"),
+        Policy::cm_pair(CmOp::InitUdQp, KernelUlp, "rdma_cm"),
+        Policy::cm_pair(CmOp::ModifyQpRtr, KernelUlp, "rdma_cm"),
+        Policy::cm_pair(CmOp::ModifyQpRts, KernelUlp, "rdma_cm"),
+        Policy::cm_pair(CmOp::ModifyQpErr, KernelUlp, "rdma_cm"),
+        Policy::cm_entry(CmOp::DestroyQp, KernelUlp, "rdma_cm"),
+        // rdma_cm and rdma_ucm: calls and event handlers.
+        Policy::cm_pair(CmOp::EventHandler, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::IbHandler, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::IbReqHandler, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::ResolveAddr, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::ResolveRoute, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::Listen, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::Connect, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::Accept, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::RepRecv, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::Reject, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::Disconnect, Cm, "rdma_cm"),
+        Policy::cm_pair(CmOp::UcmaHandler, Cm, "rdma_ucm"),
+        Policy::cm_entry(CmOp::DestroyId, Cm, "rdma_cm"),
+        // ib_cm: IB CM protocol messages and errors, counted in the kernel.
+        Policy::raw_tracepoints("ib_cma", &IB_CM_TRACEPOINTS, IbCmTracepoints, "ib_cm"),
+    ]
+};
+
+/// A disagreement between the policy table and the programs of the object.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Mismatch {
+    #[error("program {program} is in section {section}, which names no attach point")]
+    NoAttachPoint {
+        program: &'static str,
+        section: &'static str,
+    },
+    #[error("program {program} ({kind}:{target}) has no policy line")]
+    NoPolicy {
+        program: &'static str,
+        kind: &'static str,
+        target: &'static str,
+    },
+    #[error("program {program} is a {kind} on {target}, which its policy line does not attach")]
+    WrongKind {
+        program: &'static str,
+        kind: &'static str,
+        target: &'static str,
+    },
+    #[error("the policy line of {target} wants a {kind} program, the object has none")]
+    NoProgram {
+        kind: &'static str,
+        target: &'static str,
+    },
+    #[error("programs {first} and {second} are both {kind}s on {target}")]
+    TwoPrograms {
+        first: &'static str,
+        second: &'static str,
+        kind: &'static str,
+        target: &'static str,
+    },
+    #[error("{target} has more than one policy line")]
+    TwoPolicies { target: &'static str },
+}
+
+/// The hooks of `programs` under `policies`, in policy order, and whatever
+/// disagrees between them.
+fn hook_table(programs: &[ObjectProgram], policies: &[Policy]) -> (Vec<Hook>, Vec<Mismatch>) {
+    let mut mismatches = Vec::new();
+    let mut on_target: HashMap<&str, Vec<(ProgramKind, &'static str)>> = HashMap::new();
+    for program in programs {
+        match program.attach_point() {
+            Some((kind, target)) => on_target
+                .entry(target)
+                .or_default()
+                .push((kind, program.name)),
+            None => mismatches.push(Mismatch::NoAttachPoint {
+                program: program.name,
+                section: program.section,
+            }),
+        }
+    }
     let mut hooks = Vec::new();
-    for (program, function, id) in [
-        ("qp_create_user", "ib_create_qp_user", hook::CREATE_QP_USER),
-        (
-            "qp_create_kernel",
-            "ib_create_qp_kernel",
-            hook::CREATE_QP_KERNEL,
-        ),
-        ("qp_modify", "_ib_modify_qp", hook::MODIFY_QP),
-        ("qp_destroy", "ib_destroy_qp_user", hook::DESTROY_QP),
-    ] {
-        hooks.extend(kprobe_pair(program, function, "ib_core", Qp, id));
+    let mut with_policy = HashSet::new();
+    for policy in policies {
+        for &target in policy.targets() {
+            if !with_policy.insert(target) {
+                mismatches.push(Mismatch::TwoPolicies { target });
+                continue;
+            }
+            let found = on_target.get(target).map_or(&[][..], Vec::as_slice);
+            for &(kind, program) in found {
+                if !policy.shape.kinds().contains(&kind) {
+                    mismatches.push(Mismatch::WrongKind {
+                        program,
+                        kind: kind.name(),
+                        target,
+                    });
+                }
+            }
+            for &kind in policy.shape.kinds() {
+                let mut of_kind = found.iter().filter(|(k, _)| *k == kind).map(|(_, p)| *p);
+                let Some(program) = of_kind.next() else {
+                    mismatches.push(Mismatch::NoProgram {
+                        kind: kind.name(),
+                        target,
+                    });
+                    continue;
+                };
+                if let Some(second) = of_kind.next() {
+                    mismatches.push(Mismatch::TwoPrograms {
+                        first: program,
+                        second,
+                        kind: kind.name(),
+                        target,
+                    });
+                }
+                hooks.push(policy.hook(program, kind, target));
+            }
+        }
     }
-    let cm = |op: CmOp| hook::CM_BASE + op as u32;
-    for (program, function, op) in [
-        ("cm_create_qp", "rdma_create_qp", CmOp::CreateQp),
-        ("cm_init_conn_qp", "cma_init_conn_qp", CmOp::InitConnQp),
-        ("cm_init_ud_qp", "cma_init_ud_qp", CmOp::InitUdQp),
-        ("cm_modify_qp_rtr", "cma_modify_qp_rtr", CmOp::ModifyQpRtr),
-        ("cm_modify_qp_rts", "cma_modify_qp_rts", CmOp::ModifyQpRts),
-        ("cm_modify_qp_err", "cma_modify_qp_err", CmOp::ModifyQpErr),
-    ] {
-        hooks.extend(kprobe_pair(program, function, "rdma_cm", KernelUlp, cm(op)));
+    for program in programs {
+        if let Some((kind, target)) = program.attach_point() {
+            if !with_policy.contains(target) {
+                mismatches.push(Mismatch::NoPolicy {
+                    program: program.name,
+                    kind: kind.name(),
+                    target,
+                });
+            }
+        }
     }
-    hooks.push(kprobe(
-        "cm_destroy_qp",
-        "rdma_destroy_qp",
-        "rdma_cm",
-        KernelUlp,
-    ));
-    for (program, function, op) in [
-        (
-            "cm_event_handler",
-            "cma_cm_event_handler",
-            CmOp::EventHandler,
-        ),
-        ("cm_ib_handler", "cma_ib_handler", CmOp::IbHandler),
-        (
-            "cm_ib_req_handler",
-            "cma_ib_req_handler",
-            CmOp::IbReqHandler,
-        ),
-        ("cm_resolve_addr", "rdma_resolve_addr", CmOp::ResolveAddr),
-        ("cm_resolve_route", "rdma_resolve_route", CmOp::ResolveRoute),
-        ("cm_listen", "rdma_listen", CmOp::Listen),
-        ("cm_connect", "rdma_connect_locked", CmOp::Connect),
-        ("cm_accept", "rdma_accept", CmOp::Accept),
-        ("cm_rep_recv", "cma_rep_recv", CmOp::RepRecv),
-        ("cm_reject", "rdma_reject", CmOp::Reject),
-        ("cm_disconnect", "rdma_disconnect", CmOp::Disconnect),
-    ] {
-        hooks.extend(kprobe_pair(program, function, "rdma_cm", Cm, cm(op)));
-    }
-    hooks.extend(kprobe_pair(
-        "cm_ucma_handler",
-        "ucma_event_handler",
-        "rdma_ucm",
-        Cm,
-        cm(CmOp::UcmaHandler),
-    ));
-    hooks.push(kprobe("cm_destroy_id", "_destroy_id", "rdma_cm", Cm));
-    // IB CM protocol messages and errors, counted in the kernel.
-    for name in IB_CM_TRACEPOINTS {
-        hooks.push(Hook {
-            program: format!("tp_{name}"),
-            attach: Attach::RawTracepoint {
-                category: "ib_cma",
-                name,
+    (hooks, mismatches)
+}
+
+impl Policy {
+    /// The hook of `program`, a `kind` the policy's shape attaches.
+    fn hook(&self, program: &'static str, kind: ProgramKind, target: &'static str) -> Hook {
+        let attach = match self.shape {
+            Shape::RawTracepoint { category } => Attach::RawTracepoint {
+                category,
+                name: target,
             },
-            group: IbCmTracepoints,
-            instance: InstanceKind::RdmaCm,
-            module: "ib_cm",
-            return_slot: None,
-        });
+            Shape::Pair { .. } | Shape::Entry => Attach::Kprobe {
+                function: target,
+                ret: kind == ProgramKind::Kretprobe,
+            },
+        };
+        let return_slot = match self.shape {
+            Shape::Pair { hook_id } if kind == ProgramKind::Kretprobe => {
+                Some(hook::return_slot(hook_id))
+            }
+            _ => None,
+        };
+        Hook {
+            program,
+            attach,
+            group: self.group,
+            instance: InstanceKind::for_module(self.module),
+            module: self.module,
+            return_slot,
+        }
+    }
+}
+
+/// Every hook qpwatch knows, in attach order: the programs of the embedded
+/// object, with their policy.
+pub fn all_hooks() -> Vec<Hook> {
+    let programs = match object_programs(EBPF_OBJECT) {
+        Ok(programs) => programs,
+        Err(error) => {
+            warn!(%error, "cannot list the programs of the eBPF object");
+            return Vec::new();
+        }
+    };
+    let (hooks, mismatches) = hook_table(&programs, POLICY);
+    for mismatch in mismatches {
+        warn!(%mismatch, "hook table");
     }
     hooks
 }
 
 #[derive(Debug, Error)]
-pub enum ProbeError {
+pub enum HookError {
     #[error("loading the eBPF object: {0}")]
     Load(#[from] EbpfError),
     #[error("eBPF object has no program {0}")]
-    MissingProgram(String),
+    MissingProgram(&'static str),
     #[error("eBPF object has no map {0}")]
     MissingMap(&'static str),
     #[error("program {program}: {source}")]
     Program {
-        program: String,
+        program: &'static str,
         source: ProgramError,
     },
     #[error("map {name}: {source}")]
@@ -323,7 +566,7 @@ pub enum HookStatus {
 pub struct Instance {
     pub kind: InstanceKind,
     ebpf: Ebpf,
-    loaded: HashSet<String>,
+    loaded: HashSet<&'static str>,
     /// Attached hooks by label: each link detaches when dropped (see
     /// [`Instance::detach`]).
     attached: HashMap<String, AttachedHook>,
@@ -346,7 +589,7 @@ impl Instance {
         offsets: &KernelOffsets,
         cm_offsets: &CmOffsets,
         ring_buffer_bytes: u32,
-    ) -> Result<Self, ProbeError> {
+    ) -> Result<Self, HookError> {
         let wakeup = wakeup_bytes(ring_buffer_bytes);
         let ebpf = EbpfLoader::new()
             .override_global("OFFSETS", offsets, true)
@@ -405,7 +648,7 @@ impl Instance {
         }
         if let Some(id) = self
             .ebpf
-            .program(&hook.program)
+            .program(hook.program)
             .and_then(|p| p.info().ok())
             .map(|info| info.id())
         {
@@ -462,32 +705,32 @@ impl Instance {
         }
     }
 
-    fn try_attach(&mut self, hook: &Hook) -> Result<Box<dyn Send>, ProbeError> {
-        let first_load = !self.loaded.contains(&hook.program);
-        let err = |source| ProbeError::Program {
-            program: hook.program.clone(),
+    fn try_attach(&mut self, hook: &Hook) -> Result<Box<dyn Send>, HookError> {
+        let first_load = !self.loaded.contains(hook.program);
+        let err = |source| HookError::Program {
+            program: hook.program,
             source,
         };
         let link: Box<dyn Send> = match &hook.attach {
             Attach::Kprobe { function, .. } => {
-                let p: &mut KProbe = program_of(&mut self.ebpf, &hook.program)?
+                let p: &mut KProbe = program_of(&mut self.ebpf, hook.program)?
                     .try_into()
                     .map_err(err)?;
                 if first_load {
                     p.load().map_err(err)?;
                 }
-                self.loaded.insert(hook.program.clone());
+                self.loaded.insert(hook.program);
                 let link = p.attach(function, 0).map_err(err)?;
                 Box::new(p.take_link(link).map_err(err)?)
             }
             Attach::RawTracepoint { name, .. } => {
-                let p: &mut RawTracePoint = program_of(&mut self.ebpf, &hook.program)?
+                let p: &mut RawTracePoint = program_of(&mut self.ebpf, hook.program)?
                     .try_into()
                     .map_err(err)?;
                 if first_load {
                     p.load().map_err(err)?;
                 }
-                self.loaded.insert(hook.program.clone());
+                self.loaded.insert(hook.program);
                 let link = p.attach(name).map_err(err)?;
                 Box::new(p.take_link(link).map_err(err)?)
             }
@@ -495,31 +738,31 @@ impl Instance {
         Ok(link)
     }
 
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, HookError> {
         let map = self
             .ebpf
             .take_map("EVENTS")
-            .ok_or(ProbeError::MissingMap("EVENTS"))?;
-        RingBuf::try_from(map).map_err(|source| ProbeError::Map {
+            .ok_or(HookError::MissingMap("EVENTS"))?;
+        RingBuf::try_from(map).map_err(|source| HookError::Map {
             name: "EVENTS",
             source,
         })
     }
 
-    pub fn take_counters(&mut self) -> Result<KernelCounters, ProbeError> {
+    pub fn take_counters(&mut self) -> Result<KernelCounters, HookError> {
         let lost = self
             .ebpf
             .take_map("LOST")
-            .ok_or(ProbeError::MissingMap("LOST"))?;
-        let lost = PerCpuArray::try_from(lost).map_err(|source| ProbeError::Map {
+            .ok_or(HookError::MissingMap("LOST"))?;
+        let lost = PerCpuArray::try_from(lost).map_err(|source| HookError::Map {
             name: "LOST",
             source,
         })?;
         let ib_cm = self
             .ebpf
             .take_map("IB_CM_HITS")
-            .ok_or(ProbeError::MissingMap("IB_CM_HITS"))?;
-        let ib_cm = PerCpuArray::try_from(ib_cm).map_err(|source| ProbeError::Map {
+            .ok_or(HookError::MissingMap("IB_CM_HITS"))?;
+        let ib_cm = PerCpuArray::try_from(ib_cm).map_err(|source| HookError::Map {
             name: "IB_CM_HITS",
             source,
         })?;
@@ -562,10 +805,10 @@ impl Instance {
 
 fn program_of<'a>(
     ebpf: &'a mut Ebpf,
-    name: &str,
-) -> Result<&'a mut aya::programs::Program, ProbeError> {
+    name: &'static str,
+) -> Result<&'a mut aya::programs::Program, HookError> {
     ebpf.program_mut(name)
-        .ok_or_else(|| ProbeError::MissingProgram(name.to_owned()))
+        .ok_or(HookError::MissingProgram(name))
 }
 
 /// Element-wise sum of per-CPU counter arrays.
@@ -674,7 +917,160 @@ pub fn attach_instance(
 
 #[cfg(test)]
 mod tests {
-    use super::perf_event_paranoid_hint;
+    use super::*;
+
+    /// The policy table and the programs of the embedded object agree: every
+    /// program has a policy line, every policy line its programs, of the
+    /// kinds it attaches.
+    #[test]
+    fn hook_table_matches_the_ebpf_object() {
+        let programs = object_programs(EBPF_OBJECT).expect("the embedded object parses");
+        let (hooks, mismatches) = hook_table(&programs, POLICY);
+        let mismatches: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+        assert!(
+            mismatches.is_empty(),
+            "the policy table (POLICY in agent/src/kernel/hooks.rs) and the programs of \
+             the eBPF object disagree:\n  {}",
+            mismatches.join("\n  ")
+        );
+        assert_eq!(hooks.len(), programs.len());
+    }
+
+    #[test]
+    fn hooks_keep_their_labels_modules_and_slots() {
+        let hooks = all_hooks();
+        let find = |label: &str| {
+            hooks
+                .iter()
+                .find(|h| h.label() == label)
+                .unwrap_or_else(|| panic!("no hook {label}"))
+        };
+        let create = find("kprobe:ib_create_qp_user");
+        assert_eq!(create.program, "qp_create_user");
+        assert_eq!((create.group, create.module), (Group::Qp, "ib_core"));
+        assert_eq!(create.instance, InstanceKind::IbCore);
+        let create_ret = find("kretprobe:ib_create_qp_user");
+        assert_eq!(create_ret.return_slot, Some(hook::CREATE_QP_USER));
+        let connect_ret = find("kretprobe:rdma_connect_locked");
+        assert_eq!(connect_ret.program, "cm_connect_ret");
+        assert_eq!(
+            connect_ret.return_slot,
+            Some(hook::return_slot(CmOp::Connect.hook()))
+        );
+        let ucma = find("kprobe:ucma_event_handler");
+        assert_eq!((ucma.group, ucma.module), (Group::Cm, "rdma_ucm"));
+        assert_eq!(ucma.instance, InstanceKind::RdmaCm);
+        let destroy_qp = find("kprobe:rdma_destroy_qp");
+        assert_eq!(destroy_qp.group, Group::KernelUlp);
+        assert!(hooks
+            .iter()
+            .all(|h| h.label() != "kretprobe:rdma_destroy_qp"));
+        let tp = find("raw_tracepoint:ib_cma:icm_send_req");
+        assert_eq!(tp.program, "tp_icm_send_req");
+        assert_eq!((tp.group, tp.module), (Group::IbCmTracepoints, "ib_cm"));
+        // a pair's entry is attached before its return
+        let position = |label: &str| hooks.iter().position(|h| h.label() == label);
+        assert!(position("kprobe:rdma_accept") < position("kretprobe:rdma_accept"));
+    }
+
+    fn program(name: &'static str, section: &'static str) -> ObjectProgram {
+        ObjectProgram { name, section }
+    }
+
+    const TEST_POLICY: &[Policy] = &[
+        Policy::pair("f", 1, Group::Qp, "ib_core"),
+        Policy::cm_entry(CmOp::DestroyId, Group::Cm, "rdma_cm"),
+        Policy::raw_tracepoints("cat", &["t1", "t2"], Group::IbCmTracepoints, "ib_cm"),
+    ];
+
+    fn mismatches(programs: &[ObjectProgram]) -> Vec<String> {
+        let (_, mismatches) = hook_table(programs, TEST_POLICY);
+        mismatches.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn hook_table_reports_each_disagreement() {
+        let good = [
+            program("f_entry", "kprobe/f"),
+            program("f_ret", "kretprobe/f"),
+            program("destroy", "kprobe/_destroy_id"),
+            program("t1", "raw_tp/t1"),
+            program("t2", "raw_tp/t2"),
+        ];
+        let (hooks, none) = hook_table(&good, TEST_POLICY);
+        assert_eq!(none, vec![]);
+        let labels: Vec<String> = hooks.iter().map(Hook::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "kprobe:f",
+                "kretprobe:f",
+                "kprobe:_destroy_id",
+                "raw_tracepoint:cat:t1",
+                "raw_tracepoint:cat:t2"
+            ]
+        );
+        assert_eq!(hooks[1].return_slot, Some(1));
+
+        let mut no_policy = good.to_vec();
+        no_policy.push(program("g", "kprobe/g"));
+        assert_eq!(
+            mismatches(&no_policy),
+            ["program g (kprobe:g) has no policy line"]
+        );
+        assert_eq!(
+            mismatches(&good[1..]),
+            ["the policy line of f wants a kprobe program, the object has none"]
+        );
+        let mut wrong_kind = good.to_vec();
+        wrong_kind[2] = program("destroy", "kretprobe/_destroy_id");
+        assert_eq!(
+            mismatches(&wrong_kind),
+            [
+                "program destroy is a kretprobe on _destroy_id, which its policy line does not attach",
+                "the policy line of _destroy_id wants a kprobe program, the object has none"
+            ]
+        );
+        let mut bare = good.to_vec();
+        bare.push(program("h", "kprobe"));
+        assert_eq!(
+            mismatches(&bare),
+            ["program h is in section kprobe, which names no attach point"]
+        );
+        let mut twice = good.to_vec();
+        twice.push(program("t1_again", "raw_tracepoint/t1"));
+        assert_eq!(
+            mismatches(&twice),
+            ["programs t1 and t1_again are both raw_tracepoints on t1"]
+        );
+    }
+
+    #[test]
+    fn sections_name_kind_and_target() {
+        use ProgramKind::*;
+        for (section, expected) in [
+            (
+                "kprobe/ib_create_qp_user",
+                Some((Kprobe, "ib_create_qp_user")),
+            ),
+            (
+                "kretprobe/_ib_modify_qp",
+                Some((Kretprobe, "_ib_modify_qp")),
+            ),
+            ("raw_tp/icm_send_req", Some((RawTracepoint, "icm_send_req"))),
+            ("raw_tracepoint/x", Some((RawTracepoint, "x"))),
+            (
+                "tracepoint/ib_cma/icm_send_req",
+                Some((Tracepoint, "ib_cma/icm_send_req")),
+            ),
+            ("kprobe", None),
+            ("kprobe/", None),
+            ("xdp/f", None),
+            ("license", None),
+        ] {
+            assert_eq!(ProgramKind::of_section(section), expected, "{section}");
+        }
+    }
 
     #[test]
     fn wakeup_threshold_leaves_room_in_any_ring() {

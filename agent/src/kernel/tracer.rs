@@ -602,7 +602,7 @@ async fn drain_rings(
         Ok(ring) => drain_until_stopped(ring, drain_all, stop).await,
         Err(error) => warn!(%error, "cannot poll the ring buffer"),
     }
-    // Whatever is still in the ring is counted before the probes go away.
+    // Whatever is still in the ring is counted before the hooks go away.
     let mut pipeline = pipeline.lock().expect("not poisoned");
     let flushed = pipeline.flush();
     pipeline.remove_ring(kind.name());

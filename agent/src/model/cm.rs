@@ -219,31 +219,6 @@ fn since(start: u64, end: u64) -> Duration {
     Duration::from_nanos(end.saturating_sub(start))
 }
 
-pub fn call_name(op: CmOp) -> &'static str {
-    match op {
-        CmOp::CreateQp => "rdma_create_qp",
-        CmOp::InitConnQp => "cma_init_conn_qp",
-        CmOp::InitUdQp => "cma_init_ud_qp",
-        CmOp::ModifyQpRtr => "cma_modify_qp_rtr",
-        CmOp::ModifyQpRts => "cma_modify_qp_rts",
-        CmOp::ModifyQpErr => "cma_modify_qp_err",
-        CmOp::EventHandler => "cma_cm_event_handler",
-        CmOp::IbHandler => "cma_ib_handler",
-        CmOp::IbReqHandler => "cma_ib_req_handler",
-        CmOp::UcmaHandler => "ucma_event_handler",
-        CmOp::ResolveAddr => "rdma_resolve_addr",
-        CmOp::ResolveRoute => "rdma_resolve_route",
-        CmOp::Listen => "rdma_listen",
-        CmOp::Connect => "rdma_connect_locked",
-        CmOp::Accept => "rdma_accept",
-        CmOp::RepRecv => "cma_rep_recv",
-        CmOp::Reject => "rdma_reject",
-        CmOp::Disconnect => "rdma_disconnect",
-        CmOp::DestroyId => "_destroy_id",
-        CmOp::DestroyQp => "rdma_destroy_qp",
-    }
-}
-
 impl CmCorrelator {
     pub fn new(names: CmNames) -> Self {
         Self {
@@ -392,14 +367,14 @@ impl CmCorrelator {
             CmOp::EventHandler => self.on_event(call, call.duration(), call.rc, out),
             CmOp::IbHandler | CmOp::IbReqHandler => {
                 out.observe(Observation::CmHandler {
-                    handler: call_name(call.op),
+                    handler: call.op.label(),
                     event: self.names.ib_event(call.event),
                     duration: call.duration(),
                 });
                 self.after_call(call, out);
             }
             CmOp::UcmaHandler => out.observe(Observation::CmHandler {
-                handler: call_name(call.op),
+                handler: call.op.label(),
                 event: Label::from(cm_event_name(call.event)),
                 duration: call.duration(),
             }),
@@ -444,7 +419,7 @@ impl CmCorrelator {
             | CmOp::ModifyQpRts
             | CmOp::ModifyQpErr => {
                 out.observe(Observation::CmCall {
-                    call: call_name(call.op),
+                    call: call.op.label(),
                     duration: call.duration(),
                     rc: call.rc,
                 });
