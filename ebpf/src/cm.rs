@@ -282,8 +282,14 @@ cm_hook!(Accept on "rdma_accept": cm_accept, cm_accept_ret, begin_accept, false)
 /// cma_listen_handler when a connection request reaches a per-device listener.)
 #[inline(always)]
 fn begin_cm_event(ctx: &ProbeContext, op: CmOp) {
+    begin_with_cm_event(ctx, op, id_priv_arg(ctx));
+}
+
+/// The entry of a handler whose second argument is a `struct rdma_cm_event *`.
+#[inline(always)]
+fn begin_with_cm_event(ctx: &ProbeContext, op: CmOp, id_priv: u64) {
     let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(ctx, op, id_priv_arg(ctx), |event, _, c| {
+    begin_cm(ctx, op, id_priv, |event, _, c| {
         event.event = read_u32(event_ptr, c.cm_event_event);
         event.status = read_u32(event_ptr, c.cm_event_status) as i32;
     });
@@ -295,11 +301,7 @@ cm_hook!(EventHandler on "cma_cm_event_handler":
 ///     struct rdma_cm_event *event)` in rdma_ucm.
 #[inline(always)]
 fn begin_ucma_event(ctx: &ProbeContext, op: CmOp) {
-    let event_ptr: u64 = ctx.arg(1).unwrap_or(0);
-    begin_cm(ctx, op, cm_id_arg(ctx), |event, _, c| {
-        event.event = read_u32(event_ptr, c.cm_event_event);
-        event.status = read_u32(event_ptr, c.cm_event_status) as i32;
-    });
+    begin_with_cm_event(ctx, op, cm_id_arg(ctx));
 }
 cm_hook!(UcmaHandler on "ucma_event_handler":
     cm_ucma_handler, cm_ucma_handler_ret, begin_ucma_event, false);
