@@ -7,7 +7,7 @@ tail -n 3 "$OUT/unit.log"
 if grep -E "not loaded on this host|BTF not present" "$OUT/unit.log"; then
   fail "kernel-dependent unit tests skipped themselves in the guest"
 fi
-grep -q "test offsets::tests::resolves_running_kernel_ib_core_when_loaded ... ok" "$OUT/unit.log" || fail "ib_core offset test did not run"
-grep -q "test rdma::tests::tables_match_running_kernel_btf ... ok" "$OUT/unit.log" || fail "enum table test did not run"
-grep -q "test offsets::tests::resolves_running_kernel_rdma_cm_when_loaded ... ok" "$OUT/unit.log" || fail "rdma_cm offset test did not run"
-grep -q "test rdma::netlink::tests::snapshot_of_the_running_kernel ... ok" "$OUT/unit.log" || fail "netlink snapshot test did not run"
+grep -q "test kernel::offsets::tests::resolves_running_kernel_ib_core_when_loaded ... ok" "$OUT/unit.log" || fail "ib_core offset test did not run"
+grep -q "test kernel::rdma::tests::tables_match_running_kernel_btf ... ok" "$OUT/unit.log" || fail "enum table test did not run"
+grep -q "test kernel::offsets::tests::resolves_running_kernel_rdma_cm_when_loaded ... ok" "$OUT/unit.log" || fail "rdma_cm offset test did not run"
+grep -q "test kernel::rdma::netlink::tests::snapshot_of_the_running_kernel ... ok" "$OUT/unit.log" || fail "netlink snapshot test did not run"
