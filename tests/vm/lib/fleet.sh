@@ -29,6 +29,8 @@ fleet_nic_by_mac() {
   ip -o link show | awk -v mac="$1" '$0 ~ "link/ether " mac { split($0, f, ": "); print f[2] }'
 }
 
+fleet_nic_by_mac_is_there() { [ -n "$(fleet_nic_by_mac "$1")" ]; }
+
 # fleet_check_isolated NIC...: fails unless the guest has no interface but lo
 # and NIC..., no global address but this host's own, and no default route:
 # test traffic never leaves the guests.
@@ -51,8 +53,8 @@ fleet_setup_host() {
   modprobe virtio_net
   modprobe rdma_rxe
   modprobe rdma_ucm
+  wait_until 10 fleet_nic_by_mac_is_there "$mac" || { ip -o link show >&2; fail "no NIC with MAC $mac"; }
   nic=$(fleet_nic_by_mac "$mac")
-  [ -n "$nic" ] || { ip -o link show >&2; fail "no NIC with MAC $mac"; }
   ip addr add "$HOST_ADDR/24" dev "$nic"
   ip link set "$nic" up
   rdma link add rxe0 type rxe netdev "$nic"
@@ -72,8 +74,8 @@ fleet_setup_switch() {
   modprobe bridge
   ip link add br0 type bridge stp_state 0
   for ((p = 1; p <= ports; p++)); do
+    wait_until 10 fleet_nic_by_mac_is_there "$(fleet_switch_mac "$p")" || { ip -o link show >&2; fail "no switch port $p"; }
     nic=$(fleet_nic_by_mac "$(fleet_switch_mac "$p")")
-    [ -n "$nic" ] || { ip -o link show >&2; fail "no switch port $p"; }
     ip link set "$nic" master br0 up
     FLEET_PORTS+=("$nic")
   done
