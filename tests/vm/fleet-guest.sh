@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs inside each host guest of the fleet (started by tests/vm/fleet with
 # HOST_INDEX and FLEET_HOSTS set): sets up the link NIC and rxe0 on it
-# (fleet_setup_host), waits until every host is up and answers ping, then runs
+# (fleet_setup_host), waits until every host is up and answers ARP, then runs
 # each fleet scenario (tests/vm/scenarios-fleet/NAME.sh) in its own shell,
 # recording "name<TAB>status<TAB>seconds" in $OUT_ROOT/results.hN.tsv. All
 # hosts run the same scenarios in the same order; every scenario ends on all
@@ -46,7 +46,7 @@ fi
 touch "$OUT_ROOT/up.$H"
 # The others boot after this host (one QEMU at a time starts): a long wait.
 # shellcheck disable=SC2016 # expanded by in_lib's shell
-if ! in_lib "$OUT_ROOT/$H" "$OUT_ROOT" 'fleet_barrier up "${FLEET_BOOT_TIMEOUT:-900}"; fleet_ping_peers' \
+if ! in_lib "$OUT_ROOT/$H" "$OUT_ROOT" 'fleet_barrier up "${FLEET_BOOT_TIMEOUT:-900}"; fleet_check_peers' \
   >>"$OUT_ROOT/setup.$H.log" 2>&1; then
   cat "$OUT_ROOT/setup.$H.log"
   printf 'setup\tFAIL\t%s\n' "$(($(date +%s) - start))" >>"$RESULTS"

@@ -128,13 +128,21 @@ fleet_barrier() {
   done
 }
 
-# fleet_ping_peers: every peer answers ping over the link (60 s each).
-fleet_ping_peers() {
+# fleet_peer_resolves ADDR: ADDR answers ARP with its host's MAC (a UDP
+# datagram to its discard port triggers the request; the guests have no
+# ping).
+fleet_peer_resolves() {
+  echo >"/dev/udp/$1/9" 2>/dev/null || true
+  ip neigh show "$1" | grep -qE "lladdr $(fleet_host_mac "${1##*.}") (REACHABLE|STALE|DELAY|PROBE)"
+}
+
+# fleet_check_peers: every peer is reachable over the link (60 s each).
+fleet_check_peers() {
   local p
   for p in $PEERS; do
-    WAIT_INTERVAL=1 wait_until 60 ping -c1 -W1 -q "$p" >/dev/null 2>&1 || fail "h$HOST_INDEX: no answer from $p"
+    WAIT_INTERVAL=1 wait_until 60 fleet_peer_resolves "$p" || { ip neigh show >&2; fail "h$HOST_INDEX: no ARP answer from $p"; }
   done
-  log "h$HOST_INDEX: peers $PEERS answer"
+  log "h$HOST_INDEX: peers $PEERS answer ARP"
 }
 
 # fleet_agent_targets: every host's agent endpoint (ADDR:9721), one a line.
