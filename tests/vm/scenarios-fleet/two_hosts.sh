@@ -9,7 +9,8 @@
 #                 RC QPs created/destroyed: 1 on h1 and h2 (rping makes one RC
 #                 QP per side per connection), 0 on other hosts;
 #                 CM connects: role="passive" 1 on h1, role="active" 1 on h2;
-#                 0 events lost; live QPs back to 0 ....... barrier counted
+#                 0 events lost; live QPs back to baseline (rxe0's
+#                 QP1, adopted at start-up) .............. barrier counted
 #   h1          Prometheus: up == 1 for every agent, the same connect counts
 #               per instance, a recording rule's series for every instance,
 #               every rule evaluated with health "ok" ... barrier prometheus
@@ -56,7 +57,7 @@ assert_eq "h$HOST_INDEX: RC QPs destroyed" $qps "$(delta "$base" "$after" "$rc_d
 assert_eq "h$HOST_INDEX: QPs reaching RTS" $qps "$(delta "$base" "$after" 'qpwatch_qp_transition_duration_seconds_count{from="RTR",to="RTS"}')"
 assert_eq "h$HOST_INDEX: CM connects, passive" $passive "$(delta "$base" "$after" 'qpwatch_cm_connect_duration_seconds_count{role="passive"}')"
 assert_eq "h$HOST_INDEX: CM connects, active" $active "$(delta "$base" "$after" 'qpwatch_cm_connect_duration_seconds_count{role="active"}')"
-assert_eq "h$HOST_INDEX: live QPs" 0 "$(metric "$after" 'qpwatch_qps')"
+assert_eq "h$HOST_INDEX: live QPs back to baseline" "$(metric "$base" 'qpwatch_qps')" "$(metric "$after" 'qpwatch_qps')"
 assert_eq "h$HOST_INDEX: events lost" 0 "$(metric "$after" 'qpwatch_events_lost_total')"
 assert_eq "h$HOST_INDEX: untracked QP events" 0 "$(metric "$after" 'qpwatch_untracked_qp_events_total')"
 fleet_barrier counted
