@@ -23,7 +23,10 @@
 [ "$FLEET_HOSTS" -ge 2 ] || fail "needs two hosts"
 h1=$(fleet_host_addr 1)
 if [ "$HOST_INDEX" = 1 ]; then start_prometheus; fi
-start_agent
+# Under emulation on one CPU (h1 shares it with Prometheus starting), the
+# agent took 35 to 62 s to attach its hooks: more than start_agent's 60 s.
+launch_agent
+wait_agent_ready 180
 base=$(scrape base)
 fleet_barrier agents
 
