@@ -2,16 +2,16 @@
 # (tests/vm/scenarios/*.sh) and of the benchmarks' guest halves
 # (tests/vm/bench/*.sh). tests/vm/guest.sh sources it before each of them;
 # it sources its topic files from tests/vm/lib/ (rdma-probe, qp-churn and
-# benchmark figures). Every scenario runs with: set -euo pipefail, $REPO
-# (repository root), $OUT (this scenario's output directory), $BIN (release
-# binaries).
+# benchmark figures, fleet hosts). Every scenario runs with: set -euo
+# pipefail, $REPO (repository root), $OUT (this scenario's output directory),
+# $BIN (release binaries); fleet scenarios with more (lib/fleet.sh).
 # shellcheck shell=bash
 # shellcheck source-path=SCRIPTDIR
 [ -z "${QPWATCH_VM_LIB:-}" ] || return 0 # sourced once: a second time would reset ON_EXIT
 QPWATCH_VM_LIB=1
 
 AGENT_ADDR=${AGENT_ADDR:-127.0.0.1:9721}
-RXE_ADDR=198.18.0.1
+RXE_ADDR=${HOST_ADDR:-198.18.0.1} # a fleet host's own address
 AGENT_PID=
 EVENTS_PID=
 RPING_PIDS=
@@ -346,6 +346,8 @@ start_rping_traffic() {
 source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
 # shellcheck source=lib/load.sh
 source "${BASH_SOURCE[0]%/*}/lib/load.sh"
+# shellcheck source=lib/fleet.sh
+source "${BASH_SOURCE[0]%/*}/lib/fleet.sh"
 
 cleanup_scenario() {
   local cmd

@@ -1,0 +1,196 @@
+# Fleet helpers of tests/vm/lib.sh: several guests booted by tests/vm/fleet,
+# joined by virtual Ethernet over unix sockets on the host (a direct link for
+# two hosts, a switch guest bridging one NIC per host otherwise). Sourced by
+# tests/vm/lib.sh only.
+#
+# A fleet scenario (tests/vm/scenarios-fleet/NAME.sh) runs in every host
+# guest at once, with, besides what every scenario has:
+#   HOST_INDEX   1..FLEET_HOSTS        HOST_ADDR    198.18.0.HOST_INDEX
+#   FLEET_HOSTS  number of hosts       PEERS        the other hosts' addresses
+#   OUT          this host's output directory ($FLEET_OUT/hHOST_INDEX)
+#   FLEET_OUT    the scenario's directory, shared by all hosts (--rwdir)
+#   FLEET_ROOT   the run's output directory (shared; abort markers)
+# and AGENT_ADDR = RXE_ADDR = HOST_ADDR (the agent listens on the link, where
+# the other hosts' Prometheus can scrape it). Hosts sync with fleet_barrier.
+# shellcheck shell=bash
+# shellcheck disable=SC2153 # FLEET_OUT, FLEET_HOSTS...: set by tests/vm/fleet-guest.sh
+
+FLEET_NET=198.18.0
+# Locally administered MACs: hosts 52:54:00:00:00:HH, switch ports 52:54:00:00:01:HH.
+fleet_host_mac() { printf '52:54:00:00:00:%02x' "$1"; }
+fleet_switch_mac() { printf '52:54:00:00:01:%02x' "$1"; }
+fleet_host_addr() { echo "$FLEET_NET.$1"; }
+
+# fleet_nics: the guest's interfaces other than lo, one a line.
+fleet_nics() { ip -o link show | awk -F': ' '$2 != "lo" { sub(/@.*/, "", $2); print $2 }'; }
+
+# fleet_nic_by_mac MAC: the interface with that MAC address.
+fleet_nic_by_mac() {
+  ip -o link show | awk -v mac="$1" '$0 ~ "link/ether " mac { split($0, f, ": "); print f[2] }'
+}
+
+fleet_nic_by_mac_is_there() { [ -n "$(fleet_nic_by_mac "$1")" ]; }
+
+# fleet_check_isolated NIC...: fails unless the guest has no interface but lo
+# and NIC..., no global address but this host's own, and no default route:
+# test traffic never leaves the guests.
+fleet_check_isolated() {
+  local extra addrs
+  extra=$(fleet_nics | grep -vxF -f <(printf '%s\n' "$@") || true)
+  [ -z "$extra" ] || fail "unexpected network interfaces: $extra"
+  addrs=$(ip -o addr show scope global | awk '{print $4}' | sort | tr '\n' ' ')
+  [ "$addrs" = "${HOST_ADDR:+$HOST_ADDR/24 }" ] || fail "unexpected global addresses: ${addrs:-none}"
+  [ -z "$(ip route show default)" ] || fail "a default route: $(ip route show default)"
+}
+
+# fleet_setup_host: this host's link NIC (virtio-net, MAC fleet_host_mac
+# HOST_INDEX) addressed HOST_ADDR/24 and soft-RoCE rxe0 on it; checks the
+# isolation. Run once per guest by tests/vm/fleet-guest.sh.
+fleet_setup_host() {
+  local mac nic
+  mac=$(fleet_host_mac "$HOST_INDEX")
+  ip link set lo up
+  modprobe virtio_net
+  modprobe rdma_rxe
+  modprobe rdma_ucm
+  wait_until 10 fleet_nic_by_mac_is_there "$mac" || { ip -o link show >&2; fail "no NIC with MAC $mac"; }
+  nic=$(fleet_nic_by_mac "$mac")
+  ip addr add "$HOST_ADDR/24" dev "$nic"
+  ip link set "$nic" up
+  rdma link add rxe0 type rxe netdev "$nic"
+  fleet_check_isolated "$nic"
+  log "h$HOST_INDEX: $nic ($mac) $HOST_ADDR/24, rxe0 on $nic"
+}
+
+# fleet_setup_switch PORTS: a Linux bridge br0 over the guest's PORTS NICs
+# (MACs fleet_switch_mac 1..PORTS), with no address at all (IPv6 off): a
+# learning switch between the hosts. Per-port faults belong here
+# (tc qdisc add dev <port> root netem ...).
+fleet_setup_switch() {
+  local ports=$1 p nic
+  ip link set lo up
+  sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  modprobe virtio_net
+  modprobe bridge
+  ip link add br0 type bridge stp_state 0
+  for ((p = 1; p <= ports; p++)); do
+    wait_until 10 fleet_nic_by_mac_is_there "$(fleet_switch_mac "$p")" || { ip -o link show >&2; fail "no switch port $p"; }
+    nic=$(fleet_nic_by_mac "$(fleet_switch_mac "$p")")
+    ip link set "$nic" master br0 up
+    FLEET_PORTS+=("$nic")
+  done
+  ip link set br0 up
+  fleet_check_isolated br0 "${FLEET_PORTS[@]}"
+  log "switch: br0 over ${FLEET_PORTS[*]}"
+}
+FLEET_PORTS=()
+
+# fleet_aborted: why the fleet run is off, if it is: a host failed this
+# scenario ($FLEET_OUT/failed.hN) or the host-side runner gave up
+# ($FLEET_ROOT/abort: a guest died or did not come up).
+fleet_aborted() {
+  local f
+  if [ -s "$FLEET_ROOT/abort" ]; then
+    echo "run aborted: $(head -n1 "$FLEET_ROOT/abort")"
+    return 0
+  fi
+  [ "${FLEET_IGNORE_FAILED:-0}" = 1 ] && return 1
+  for f in "$FLEET_OUT"/failed.h*; do
+    [ -e "$f" ] || continue
+    echo "${f##*.} failed"
+    return 0
+  done
+  return 1
+}
+
+# fleet_barrier NAME [TIMEOUT_S]: touches $FLEET_OUT/barrier/NAME.hHOST_INDEX
+# and waits until every host has touched its own (all hosts called
+# fleet_barrier NAME). Fails at once if another host failed or the run was
+# aborted, and after TIMEOUT_S ($FLEET_BARRIER_TIMEOUT, 300). Files on the
+# shared directory, polled: a host sees another's file within a second or so.
+fleet_barrier() {
+  local name=$1 dir=$FLEET_OUT/barrier h missing why start=$SECONDS
+  local limit=${2:-${FLEET_BARRIER_TIMEOUT:-300}}
+  mkdir -p "$dir"
+  touch "$dir/$name.h$HOST_INDEX"
+  while :; do
+    missing=
+    for ((h = 1; h <= FLEET_HOSTS; h++)); do
+      [ -e "$dir/$name.h$h" ] || missing+=" h$h"
+    done
+    if [ -z "$missing" ]; then
+      log "barrier $name: all $FLEET_HOSTS hosts (waited $((SECONDS - start)) s)"
+      return 0
+    fi
+    if why=$(fleet_aborted); then fail "barrier $name: $why"; fi
+    [ $((SECONDS - start)) -lt "$limit" ] || fail "barrier $name: no$missing after $limit s"
+    sleep 0.5
+  done
+}
+
+# fleet_peer_resolves ADDR: ADDR answers ARP with its host's MAC (a UDP
+# datagram to its discard port triggers the request; the guests have no
+# ping).
+fleet_peer_resolves() {
+  echo >"/dev/udp/$1/9" 2>/dev/null || true
+  ip neigh show "$1" | grep -qE "lladdr $(fleet_host_mac "${1##*.}") (REACHABLE|STALE|DELAY|PROBE)"
+}
+
+# fleet_check_peers: every peer is reachable over the link (60 s each).
+fleet_check_peers() {
+  local p
+  for p in $PEERS; do
+    WAIT_INTERVAL=1 wait_until 60 fleet_peer_resolves "$p" || { ip neigh show >&2; fail "h$HOST_INDEX: no ARP answer from $p"; }
+  done
+  log "h$HOST_INDEX: peers $PEERS answer ARP"
+}
+
+# fleet_agent_targets: every host's agent endpoint (ADDR:9721), one a line.
+fleet_agent_targets() {
+  local h
+  for ((h = 1; h <= FLEET_HOSTS; h++)); do echo "$(fleet_host_addr "$h"):${AGENT_ADDR##*:}"; done
+}
+
+# --- Prometheus (on one host, scraping every agent over the link)
+
+PROM=${PROM:-127.0.0.1:9090}
+PROM_PID=
+PROM_ANSWER=
+
+# start_prometheus: Prometheus (Debian's) on 127.0.0.1:9090 scraping every
+# host's agent over the link (job qpwatch, every 2 s: guests have one CPU
+# each) with dashboards/rules.yml loaded; returns at once (it is slow to
+# start under emulation: wait for up == 1 with expect_prom).
+start_prometheus() {
+  local tsdb
+  tsdb=$(mktemp -d /tmp/prom-tsdb.XXXXXX)
+  {
+    printf 'global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\n'
+    printf 'rule_files:\n  - %s\n' "$REPO/dashboards/rules.yml"
+    printf 'scrape_configs:\n  - job_name: qpwatch\n    static_configs:\n      - targets: [%s]\n' \
+      "$(fleet_agent_targets | sed 's/.*/"&"/' | paste -sd, -)"
+  } >"$OUT/prometheus.yml"
+  prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
+    --web.listen-address="$PROM" --log.level=warn >"$OUT/prometheus.log" 2>&1 &
+  PROM_PID=$!
+  on_exit "kill $PROM_PID; wait $PROM_PID; rm -rf $tsdb"
+}
+
+# prom_query EXPR: the instant query's JSON answer.
+prom_query() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
+
+# prom_by_instance EXPR: "instance=value ..." (sorted) of the query's result.
+prom_by_instance() {
+  prom_query "$1" | jq -r '[.data.result[] | "\(.metric.instance)=\(.value[1])"] | sort | join(" ")'
+}
+
+# prom_is EXPR EXPECTED: prom_by_instance EXPR equals EXPECTED (the answer is
+# left in $PROM_ANSWER), a condition for wait_until.
+prom_is() { PROM_ANSWER=$(prom_by_instance "$1") && [ "$PROM_ANSWER" = "$2" ]; }
+
+# expect_prom WHAT EXPR EXPECTED [TIMEOUT_S]: polls (once a second: curl and
+# jq are slow under emulation) until prom_is EXPR EXPECTED, then asserts it.
+expect_prom() {
+  WAIT_INTERVAL=1 wait_until "${4:-90}" prom_is "$2" "$3" || true
+  assert_eq "$1" "$3" "$PROM_ANSWER"
+}
