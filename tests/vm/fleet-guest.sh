@@ -13,6 +13,8 @@ OUT_ROOT=$1
 shift 2 # SWITCH: for the log only; the host side wired the NICs
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 export REPO
+# shellcheck source=tests/vm/lib/runner.sh
+source "$REPO/tests/vm/lib/runner.sh"
 export BIN=${BIN:-$REPO/target/release}
 : "${HOST_INDEX:?}" "${FLEET_HOSTS:?}"
 export HOST_INDEX FLEET_HOSTS FLEET_ROOT=$OUT_ROOT
@@ -62,26 +64,17 @@ for scenario in "$@"; do
   fleet_out=$OUT_ROOT/$scenario
   out=$fleet_out/$H
   mkdir -p "$out"
-  start=$(date +%s)
   echo "fleet $H: === $scenario"
-  limit=$(sed -n 's/^# vm-timeout: \([0-9]*\)$/\1/p' "$script" | head -n1)
-  limit=${SCENARIO_TIMEOUT:-${limit:-300}}
-  # shellcheck disable=SC2016 # expanded by the scenario's shell
-  OUT=$out FLEET_OUT=$fleet_out timeout --kill-after=10 "$limit" \
-    bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
-    >"$out/log" 2>&1
-  rc=$?
-  secs=$(($(date +%s) - start))
-  if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; fi
-  [ $rc -eq 124 ] && status=TIMEOUT
+  run_scenario "$script" "$out" FLEET_OUT="$fleet_out"
+  status=$SCENARIO_STATUS secs=$SCENARIO_SECS
   # the other hosts' barriers give up at once
-  [ $rc -eq 0 ] || echo "$status" >"$fleet_out/failed.$H"
+  [ "$status" = PASS ] || echo "$status" >"$fleet_out/failed.$H"
   printf '%s\t%s\t%s\n' "$scenario" "$status" "$secs" >>"$RESULTS"
   echo "fleet $H: $scenario $status (${secs}s)"
   pkill -x qpwatch 2>/dev/null; pkill -x rping 2>/dev/null; pkill -x prometheus 2>/dev/null
   pkill -x ib_send_lat 2>/dev/null
   # every host ends the scenario before any starts the next, pass or fail
-  FLEET_IGNORE_FAILED=1 in_lib "$out" "$fleet_out" "fleet_barrier end $((limit + 60))" >>"$out/log" 2>&1 ||
+  FLEET_IGNORE_FAILED=1 in_lib "$out" "$fleet_out" "fleet_barrier end $((SCENARIO_LIMIT + 60))" >>"$out/log" 2>&1 ||
     echo "fleet $H: not every host ended $scenario"
 done
 touch "$OUT_ROOT/done.$H"

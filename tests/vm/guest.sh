@@ -7,6 +7,8 @@ OUT_ROOT=$1
 shift
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 export REPO
+# shellcheck source=tests/vm/lib/runner.sh
+source "$REPO/tests/vm/lib/runner.sh"
 export BIN=${BIN:-$REPO/target/release}
 RESULTS=$OUT_ROOT/results.tsv
 : >"$RESULTS"
@@ -47,17 +49,9 @@ for scenario in "$@"; do
   esac
   out=$OUT_ROOT/$scenario
   mkdir -p "$out"
-  start=$(date +%s)
   echo "guest: === $scenario"
-  # a scenario may ask for more time with a "# vm-timeout: SECONDS" line
-  limit=$(sed -n 's/^# vm-timeout: \([0-9]*\)$/\1/p' "$script" | head -n1)
-  OUT=$out timeout --kill-after=10 "${SCENARIO_TIMEOUT:-${limit:-300}}" \
-    bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
-    >"$out/log" 2>&1
-  rc=$?
-  secs=$(($(date +%s) - start))
-  if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; fi
-  [ $rc -eq 124 ] && status=TIMEOUT
+  run_scenario "$script" "$out"
+  status=$SCENARIO_STATUS secs=$SCENARIO_SECS
   printf '%s\t%s\t%s\n' "$scenario" "$status" "$secs" >>"$RESULTS"
   echo "guest: $scenario $status (${secs}s)"
   # leftovers of a failed scenario must not leak into the next one

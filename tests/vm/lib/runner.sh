@@ -1,0 +1,24 @@
+# Runs one scenario script in its own shell with lib.sh sourced, within its
+# time limit (a "# vm-timeout: SECONDS" line in the script, else 300 s;
+# SCENARIO_TIMEOUT overrides both). Used by guest.sh and fleet-guest.sh.
+#   run_scenario SCRIPT OUT [VAR=VALUE ...]   (extra environment for the scenario)
+# Sets SCENARIO_STATUS (PASS, FAIL, TIMEOUT), SCENARIO_SECS and
+# SCENARIO_LIMIT (the time limit it ran under), read by the callers.
+# shellcheck shell=bash disable=SC2034
+run_scenario() {
+  local script=$1 out=$2 start limit rc
+  shift 2
+  start=$(date +%s)
+  limit=$(sed -n 's/^# vm-timeout: \([0-9]*\)$/\1/p' "$script" | head -n1)
+  SCENARIO_LIMIT=${SCENARIO_TIMEOUT:-${limit:-300}}
+  # shellcheck disable=SC2016 # expanded by the scenario's shell
+  env OUT="$out" "$@" timeout --kill-after=10 "$SCENARIO_LIMIT" \
+    bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
+    >"$out/log" 2>&1
+  rc=$?
+  SCENARIO_SECS=$(($(date +%s) - start))
+  SCENARIO_STATUS=FAIL
+  [ $rc -eq 0 ] && SCENARIO_STATUS=PASS
+  [ $rc -eq 124 ] && SCENARIO_STATUS=TIMEOUT
+  return 0
+}
