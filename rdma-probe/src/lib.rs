@@ -8,9 +8,11 @@
 //!   persistent, paced and ended by a [`ProbeDriver`].
 //! - [`Responder`]: accepts connections and echoes every message.
 //! - [`ProbeSummary`] / [`LatencySummary`]: statistics over outcomes.
+//! - [`mesh`]: the UD probe mesh (one UD QP per device probes all targets, answers all peers).
 //! - [`Churn`]: QP lifecycle churn on plain verbs (the `qp-churn` load generator).
 
 mod churn;
+pub mod mesh;
 mod error;
 mod outcome;
 mod requester;

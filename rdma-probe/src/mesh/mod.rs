@@ -1,0 +1,155 @@
+//! The UD probe mesh: one UD QP per local RDMA device, driven by one thread,
+//! probes every target and answers every peer (R-Pingmesh's design).
+//!
+//! - Targets are resolved through rdma_cm in `RDMA_PS_UDP` (SIDR): the
+//!   peer's listener answers with its UD QP number and Q_Key; the address
+//!   handle comes from the route rdma_cm resolved (RoCEv2 GID of the IP).
+//! - A probe carries a sequence number and the sender's timestamp; the
+//!   answer adds the responder's receive and send times.
+//! - QPs and threads do not grow with the number of targets.
+//!
+//! API contract (shared with the agent; keep stable):
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
+
+use crate::{error::Error, outcome::QpCall};
+
+/// rdma_cm port (RDMA_PS_UDP space) of the UD responder when none is given.
+/// Same number as the RC responder's; the port spaces are apart.
+pub const DEFAULT_UD_PORT: u16 = crate::target::DEFAULT_PORT;
+
+/// The mesh's settings that hold for every target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshConfig {
+    /// Where the UD responder listens (RDMA_PS_UDP); `None`: probe only, answer no one.
+    pub listen: Option<SocketAddr>,
+    /// A probe not answered within this is lost.
+    pub timeout: Duration,
+    /// Target resolution (addr, route, SIDR) gives up after this; retried
+    /// after `resolve_retry`.
+    pub resolve_timeout: Duration,
+    pub resolve_retry: Duration,
+    /// Bytes of a probe message (header included).
+    pub message_size: usize,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            timeout: Duration::from_secs(1),
+            resolve_timeout: Duration::from_secs(2),
+            resolve_retry: Duration::from_secs(5),
+            message_size: 64,
+        }
+    }
+}
+
+/// One peer to probe.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MeshTarget {
+    /// The caller's key for this target (reported back in every callback).
+    pub key: Arc<str>,
+    /// The peer's UD responder (rdma_cm RDMA_PS_UDP address and port).
+    pub address: SocketAddr,
+    /// Local address to probe from (picks the device); `None`: routing decides.
+    pub source: Option<IpAddr>,
+    /// Time between two probes to this target.
+    pub interval: Duration,
+}
+
+/// An answered probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub seq: u64,
+    /// Sender's clock (CLOCK_MONOTONIC) when the probe was posted and when
+    /// the answer was polled: `rtt = received - sent`.
+    pub sent_ns: u64,
+    pub received_ns: u64,
+    /// Responder's clock (its own CLOCK_MONOTONIC): when it polled the probe
+    /// and when it posted the answer. Only `responder_tx_ns -
+    /// responder_rx_ns` means anything on this side.
+    pub responder_rx_ns: u64,
+    pub responder_tx_ns: u64,
+}
+
+impl Answer {
+    pub fn rtt(&self) -> Duration {
+        Duration::from_nanos(self.received_ns.saturating_sub(self.sent_ns))
+    }
+
+    /// Time the probe spent in the responder (host delay on the far side).
+    pub fn responder_delay(&self) -> Duration {
+        Duration::from_nanos(self.responder_tx_ns.saturating_sub(self.responder_rx_ns))
+    }
+}
+
+/// Why a UD responder did not answer a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Too short, wrong magic or version.
+    Malformed,
+    /// An answer to a probe no longer in flight (late, after its timeout, or duplicated).
+    UnknownAnswer,
+    /// No address handle could be made back to the sender.
+    NoReturnPath,
+    /// The send queue was full.
+    SendQueueFull,
+}
+
+impl Dropped {
+    pub const ALL: [Dropped; 4] = [
+        Dropped::Malformed,
+        Dropped::UnknownAnswer,
+        Dropped::NoReturnPath,
+        Dropped::SendQueueFull,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::Malformed => "malformed",
+            Dropped::UnknownAnswer => "unknown_answer",
+            Dropped::NoReturnPath => "no_return_path",
+            Dropped::SendQueueFull => "send_queue_full",
+        }
+    }
+}
+
+/// Where the mesh thread reports; called on the mesh thread, must not block.
+pub trait MeshSink: Send + Sync {
+    /// The UD QP of a device was created (for the eBPF cross-check).
+    fn qp_created(&self, device: &str, qp_num: u32, calls: &[QpCall]);
+    /// A target resolved (SIDR answered): remote QP number, local device.
+    fn resolved(&self, target: &Arc<str>, device: &str, remote_qp_num: u32);
+    /// A target could not be resolved (it is retried); `error` says why.
+    fn resolve_failed(&self, target: &Arc<str>, error: &Error);
+    /// A probe was posted to the target.
+    fn sent(&self, target: &Arc<str>);
+    /// A probe could not be posted (the error says why); it counts as lost.
+    fn send_failed(&self, target: &Arc<str>, error: &Error);
+    fn answered(&self, target: &Arc<str>, answer: &Answer);
+    /// A probe had no answer within the timeout.
+    fn lost(&self, target: &Arc<str>, seq: u64);
+    /// The responder answered a peer's probe on `device`.
+    fn responded(&self, device: &str);
+    /// A received message was not answered / not matched.
+    fn dropped(&self, reason: Dropped);
+}
+
+/// Counters over the mesh's life (for tests and the CLI).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    /// UD QPs the mesh holds now (one per device in use).
+    pub qps: usize,
+    /// Threads the mesh runs (1).
+    pub threads: usize,
+    pub targets: usize,
+    pub resolved: usize,
+    pub sent: u64,
+    pub answered: u64,
+    pub lost: u64,
+    pub responded: u64,
+}
