@@ -60,8 +60,11 @@ mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
 
 for scenario in "$@"; do
-  script=$REPO/tests/vm/scenarios-fleet/$scenario.sh
-  fleet_out=$OUT_ROOT/$scenario
+  case $scenario in
+    */*) script=$REPO/tests/vm/$scenario.sh ;;
+    *) script=$REPO/tests/vm/scenarios-fleet/$scenario.sh ;;
+  esac
+  fleet_out=$OUT_ROOT/${scenario//\//-}
   out=$fleet_out/$H
   mkdir -p "$out"
   echo "fleet $H: === $scenario"
