@@ -154,6 +154,7 @@ pub struct MeshStats {
     pub responded: u64,
 }
 
+mod counted;
 mod device;
 mod engine;
 mod schedule;
@@ -162,6 +163,8 @@ mod wire;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+
+pub use counted::{probe_counted, CountedProbe, CountedSummary};
 
 use crate::verbs::EventFd;
 use engine::{Control, Counters, Engine};
