@@ -21,7 +21,7 @@ case $HOST_INDEX in
       fail "responder not listening in both port spaces"
     fleet_barrier responder
     fleet_barrier probed
-    assert_eq "h1: UD QPs of the responder" 1 "$(res_count qp ".type == \"UD\" and .pid == $responder")"
+    assert_eq "h1: UD QPs of the responder" 1 "$(res_count qp '.type == "UD" and .comm == "qpwatch-mesh"')"
     ib_send_lat -d rxe0 -c UD -x 1 -n 1000 >"$OUT/ib_send_lat-server.log" 2>&1 &
     server=$!
     wait_until 30 bash -c "ss -Hltn 'sport = :18515' | grep -q ." || fail "ib_send_lat server not listening"
@@ -36,7 +36,8 @@ case $HOST_INDEX in
     fleet_barrier responder
     "$BIN/qpwatch" probe --ud --target "$h1" --count $N --interval-ms 10 --json >"$OUT/ud.json" 2>"$OUT/ud.err" &
     probe=$!
-    wait_until 60 res_count_is qp -eq 1 ".type == \"UD\" and .pid == $probe" || fail "no UD QP on h2"
+    # rdma res names the thread that made the QP: the mesh's.
+    wait_until 60 res_count_is qp -eq 1 '.type == "UD" and .comm == "qpwatch-mesh"' || fail "no UD QP on h2"
     wait $probe || fail "UD probe failed: $(cat "$OUT/ud.json" "$OUT/ud.err")"
     expect_json "$OUT/ud.json" <<EOF2
 probes sent :: $N :: .sent

@@ -43,15 +43,19 @@ messages dropped :: 0 :: [.dropped[]] | add // 0
 EOF2
 log "UD RTT p50 $(jq .rtt.p50_ns "$OUT/ud.json") ns, responder delay p50 $(jq .responder_delay.p50_ns "$OUT/ud.json") ns"
 
-# The responder keeps one UD QP across probe runs: a second run reuses it.
-responder_qp=$(rdma -j res show qp | jq -r "[.[] | select(.type == \"UD\" and .pid == $responder) | .lqpn] | join(\",\")")
+# The responder keeps one UD QP across probe runs (made on its
+# "qpwatch-mesh" thread, which rdma res names): the only UD QP left once the
+# probe exited, the one the probe was answered from; a second run reuses it.
+wait_until 30 res_count_is qp -eq 1 '.type == "UD"' || fail "UD QPs left after the probe: $(ud_qps)"
+responder_ud_qp() { rdma -j res show qp | jq -r '[.[] | select(.type == "UD" and .comm == "qpwatch-mesh") | .lqpn] | join(",")'; }
+responder_qp=$(responder_ud_qp)
+assert_eq "remote QP reported = responder's UD QP" "$responder_qp" "$(jq .remote_qp_num "$OUT/ud.json")"
 "$BIN/qpwatch" probe --ud --target "$RXE_ADDR:$PORT" --count 20 --interval-ms 5 >"$OUT/ud-table.txt" ||
   fail "second UD probe failed: $(cat "$OUT/ud-table.txt")"
 cat "$OUT/ud-table.txt" >&2
 grep -q 't_p50\[usec\]' "$OUT/ud-table.txt" || fail "no summary table"
-assert_eq "responder's UD QP after a second run" "$responder_qp" \
-  "$(rdma -j res show qp | jq -r "[.[] | select(.type == \"UD\" and .pid == $responder) | .lqpn] | join(\",\")")"
-assert_eq "remote QP reported = responder's UD QP" "$responder_qp" "$(jq .remote_qp_num "$OUT/ud.json")"
+wait_until 30 res_count_is qp -eq 1 '.type == "UD"' || fail "UD QPs left after the second probe"
+assert_eq "responder's UD QP after a second run" "$responder_qp" "$(responder_ud_qp)"
 
 # Nobody at .250: no exit 0, and the error names the target and the step.
 nobody="${RXE_ADDR%.*}.250"
