@@ -661,10 +661,7 @@ impl Engine {
         // Drain, re-arm, drain again: completions that arrived between the
         // last poll and the arm raise no event (ibv_req_notify_cq(3)).
         for _ in 0..2 {
-            loop {
-                let Some(device) = self.devices.get(&key) else {
-                    break;
-                };
+            while let Some(device) = self.devices.get(&key) {
                 let n = match device.cq.poll_wc(&mut wcs) {
                     Ok(n) => n,
                     Err(e) => {
