@@ -781,8 +781,9 @@ impl AddressHandle {
 
 impl Drop for AddressHandle {
     fn drop(&mut self) {
-        // SAFETY: live AH, destroyed once; sends using it have been posted
-        // (the provider copied what it needs at post time).
+        // SAFETY: live AH, destroyed once. A send still queued with it may
+        // complete in error (rxe looks user AHs up when it transmits); the
+        // mesh drops AHs only for removed targets and a full answer cache.
         unsafe { ibv_destroy_ah(self.raw.as_ptr()) };
     }
 }
