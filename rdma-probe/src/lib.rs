@@ -12,8 +12,8 @@
 //! - [`Churn`]: QP lifecycle churn on plain verbs (the `qp-churn` load generator).
 
 mod churn;
-pub mod mesh;
 mod error;
+pub mod mesh;
 mod outcome;
 mod requester;
 mod responder;

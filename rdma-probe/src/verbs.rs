@@ -43,7 +43,8 @@ thread_safe!(
     CompletionQueue,
     QueuePair,
     CmQueuePair,
-    MemoryRegion
+    MemoryRegion,
+    AddressHandle
 );
 
 fn set_nonblocking(fd: RawFd) -> Result<(), Error> {
@@ -99,6 +100,14 @@ impl EventFd {
         self.fd
     }
 
+    /// Resets the counter so the descriptor stops polling readable.
+    pub fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd;
+        // EAGAIN (nothing signalled) leaves `value` untouched.
+        unsafe { libc::read(self.fd, (&mut value as *mut u64).cast(), 8) };
+    }
+
     pub fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full counter
@@ -124,6 +133,26 @@ pub(crate) struct CmEvent {
     pub id: *mut rdma_cm_id,
     /// The QP number the peer sent (CONNECT_REQUEST / CONNECT_RESPONSE).
     pub peer_qp_num: u32,
+    /// RDMA_PS_UDP ids, ESTABLISHED (the SIDR REP): the route to the peer's
+    /// UD QP. Meaningless for other events.
+    pub ud: UdParam,
+}
+
+/// `struct rdma_ud_param` without its private data (gone after the ack).
+#[derive(Clone, Copy)]
+pub(crate) struct UdParam {
+    pub ah_attr: ibv_ah_attr,
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
+impl std::fmt::Debug for UdParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdParam")
+            .field("qp_num", &self.qp_num)
+            .field("qkey", &self.qkey)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `struct rdma_event_channel`, with a non-blocking descriptor.
@@ -186,6 +215,11 @@ impl EventChannel {
                 status: e.status,
                 id: e.id,
                 peer_qp_num: e.param.conn.qp_num,
+                ud: UdParam {
+                    ah_attr: e.param.ud.ah_attr,
+                    qp_num: e.param.ud.qp_num,
+                    qkey: e.param.ud.qkey,
+                },
             }
         };
         // Acknowledge at once: rdma_destroy_id blocks until every event
@@ -277,16 +311,21 @@ pub(crate) struct CmId {
 
 impl CmId {
     pub fn create(channel: &Arc<EventChannel>) -> Result<Arc<CmId>, Error> {
+        Self::create_in(channel, rdma_port_space::RDMA_PS_TCP)
+    }
+
+    /// An id on the RDMA_PS_UDP port space (SIDR, UD QPs).
+    pub fn create_udp(channel: &Arc<EventChannel>) -> Result<Arc<CmId>, Error> {
+        Self::create_in(channel, rdma_port_space::RDMA_PS_UDP)
+    }
+
+    fn create_in(
+        channel: &Arc<EventChannel>,
+        space: rdma_port_space::Type,
+    ) -> Result<Arc<CmId>, Error> {
         let mut raw: *mut rdma_cm_id = ptr::null_mut();
         // SAFETY: live channel, valid out-pointer, NULL context.
-        let rc = unsafe {
-            rdma_create_id(
-                channel.raw.as_ptr(),
-                &mut raw,
-                ptr::null_mut(),
-                rdma_port_space::RDMA_PS_TCP,
-            )
-        };
+        let rc = unsafe { rdma_create_id(channel.raw.as_ptr(), &mut raw, ptr::null_mut(), space) };
         cm_rc("rdma_create_id", rc)?;
         Ok(Arc::new(CmId {
             raw: NonNull::new(raw).ok_or_else(|| Error::cm("rdma_create_id"))?,
@@ -569,6 +608,18 @@ impl CompletionQueue {
         Ok(())
     }
 
+    /// Polls up to `out.len()` raw work completions (UD receives need all of
+    /// `struct ibv_wc` for ibv_create_ah_from_wc); returns how many.
+    pub fn poll_wc(&self, out: &mut [ibv_wc]) -> Result<usize, Error> {
+        let max = i32::try_from(out.len()).unwrap_or(i32::MAX);
+        // SAFETY: live CQ; `out` has room for `max` entries.
+        let n = unsafe { ibv_poll_cq(self.raw.as_ptr(), max, out.as_mut_ptr()) };
+        if n < 0 {
+            return Err(Error::verbs_rc("ibv_poll_cq", -n));
+        }
+        Ok(n as usize)
+    }
+
     /// Polls up to `out.len()` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut [Completion]) -> Result<usize, Error> {
         const BATCH: usize = 16;
@@ -685,6 +736,58 @@ impl Drop for MemoryRegion {
     }
 }
 
+/// `struct ibv_ah`: the route of UD sends to one peer.
+pub(crate) struct AddressHandle {
+    raw: NonNull<ibv_ah>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+impl AddressHandle {
+    pub fn create(pd: &Arc<ProtectionDomain>, attr: &ibv_ah_attr) -> Result<AddressHandle, Error> {
+        let mut attr = *attr;
+        // SAFETY: live PD; `attr` lives for the call, which copies it.
+        let raw = unsafe { ibv_create_ah(pd.raw.as_ptr(), &mut attr) };
+        Ok(AddressHandle {
+            raw: NonNull::new(raw).ok_or_else(|| Error::verbs("ibv_create_ah"))?,
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The route back to the sender of a received UD message; `grh` is the
+    /// 40 bytes at the start of the receive buffer.
+    pub fn from_wc(
+        pd: &Arc<ProtectionDomain>,
+        wc: &mut ibv_wc,
+        grh: &mut [u8; 40],
+        port_num: u8,
+    ) -> Result<AddressHandle, Error> {
+        // SAFETY: live PD; `wc` is a completion polled from a CQ of this PD's
+        // context and `grh` its 40 GRH bytes; both live for the call, which
+        // only reads them.
+        let raw = unsafe {
+            ibv_create_ah_from_wc(
+                pd.raw.as_ptr(),
+                wc,
+                grh.as_mut_ptr().cast::<ibv_grh>(),
+                port_num,
+            )
+        };
+        Ok(AddressHandle {
+            raw: NonNull::new(raw).ok_or_else(|| Error::verbs("ibv_create_ah_from_wc"))?,
+            _pd: pd.clone(),
+        })
+    }
+}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        // SAFETY: live AH, destroyed once. A send still queued with it may
+        // complete in error (rxe looks user AHs up when it transmits); the
+        // mesh drops AHs only for removed targets and a full answer cache.
+        unsafe { ibv_destroy_ah(self.raw.as_ptr()) };
+    }
+}
+
 /// Posting work requests, shared by both kinds of QP.
 pub(crate) trait PostQueue {
     fn raw_qp(&self) -> *mut ibv_qp;
@@ -717,6 +820,46 @@ pub(crate) trait PostQueue {
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: live QP; `wr` and `sge` live for the call, which copies them
         // (or, inline, the data); the buffer stays registered while `mr` lives.
+        let rc = unsafe { ibv_post_send(self.raw_qp(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::verbs_rc("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+
+    /// A signalled UD SEND of `len` bytes at `offset` of `mr` to `remote_qpn`
+    /// through `ah`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_send_ud(
+        &self,
+        wr_id: u64,
+        mr: &MemoryRegion,
+        offset: usize,
+        len: usize,
+        inline: bool,
+        ah: &AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<(), Error> {
+        let mut sge = mr.sge(offset, len);
+        // SAFETY: ibv_send_wr is plain old data; all-zero is valid.
+        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if inline {
+            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        wr.wr.ud = ud_t {
+            ah: ah.raw.as_ptr(),
+            remote_qpn,
+            remote_qkey,
+        };
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: live QP and AH (same PD); `wr` and `sge` live for the call,
+        // which copies them; the buffer stays registered while `mr` lives.
         let rc = unsafe { ibv_post_send(self.raw_qp(), &mut wr, &mut bad) };
         if rc != 0 {
             return Err(Error::verbs_rc("ibv_post_send", rc));
@@ -757,7 +900,11 @@ pub(crate) struct QpCaps {
     pub inline_data: u32,
 }
 
-fn qp_init_attr(cq: &CompletionQueue, caps: QpCaps) -> ibv_qp_init_attr {
+fn qp_init_attr(
+    cq: &CompletionQueue,
+    caps: QpCaps,
+    qp_type: ibv_qp_type::Type,
+) -> ibv_qp_init_attr {
     // SAFETY: ibv_qp_init_attr is plain old data; all-zero is valid.
     let mut attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     attr.send_cq = cq.raw.as_ptr();
@@ -767,7 +914,7 @@ fn qp_init_attr(cq: &CompletionQueue, caps: QpCaps) -> ibv_qp_init_attr {
     attr.cap.max_send_sge = 1;
     attr.cap.max_recv_sge = 1;
     attr.cap.max_inline_data = caps.inline_data;
-    attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+    attr.qp_type = qp_type;
     attr
 }
 
@@ -785,7 +932,25 @@ impl QueuePair {
         cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> Result<QueuePair, Error> {
-        let mut attr = qp_init_attr(cq, caps);
+        Self::create_typed(pd, cq, caps, ibv_qp_type::IBV_QPT_RC)
+    }
+
+    /// A UD QP (IBV_QPT_UD).
+    pub fn create_ud(
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+    ) -> Result<QueuePair, Error> {
+        Self::create_typed(pd, cq, caps, ibv_qp_type::IBV_QPT_UD)
+    }
+
+    fn create_typed(
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+        qp_type: ibv_qp_type::Type,
+    ) -> Result<QueuePair, Error> {
+        let mut attr = qp_init_attr(cq, caps, qp_type);
         // SAFETY: live PD and CQ (same context); `attr` lives for the call.
         let raw = unsafe { ibv_create_qp(pd.raw.as_ptr(), &mut attr) };
         Ok(QueuePair {
@@ -850,7 +1015,7 @@ impl CmQueuePair {
         cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> Result<CmQueuePair, Error> {
-        let mut attr = qp_init_attr(cq, caps);
+        let mut attr = qp_init_attr(cq, caps, ibv_qp_type::IBV_QPT_RC);
         // SAFETY: live id, PD and CQ on the id's context; `attr` lives for the call.
         let rc = unsafe { rdma_create_qp(id.raw(), pd.raw.as_ptr(), &mut attr) };
         cm_rc("rdma_create_qp", rc)?;

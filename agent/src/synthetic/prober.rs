@@ -276,6 +276,34 @@ impl Prober {
 
 /// `qpwatch probe`: one-shot (or persistent) probes and an ib_send_lat-like table.
 pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
+    if args.ud {
+        let timeout = Duration::try_from_secs_f64(args.timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| anyhow::anyhow!("--timeout: {} is not positive", args.timeout))?;
+        let probe = rdma_probe::mesh::CountedProbe {
+            target: args.target,
+            count: args.count.into(),
+            interval: Duration::from_millis(args.interval_ms.max(1)),
+            config: rdma_probe::mesh::MeshConfig {
+                timeout,
+                resolve_timeout: timeout,
+                message_size: args.size,
+                ..Default::default()
+            },
+        };
+        let summary = rdma_probe::mesh::probe_counted(&probe)
+            .map_err(|e| anyhow::anyhow!("UD probe of {}: {e}", args.target))?;
+        if args.json {
+            println!("{}", serde_json::to_string(&summary)?);
+        } else {
+            print!("{}", summary.render_table());
+        }
+        if let Some(error) = &summary.error {
+            eprintln!("error: {error}");
+        }
+        return Ok(summary.all_ok(probe.count));
+    }
     let mut config = ProbeConfig::new(args.target);
     config.pings = args.pings;
     config.message_size = args.size;
@@ -313,6 +341,13 @@ pub fn cli_responder(args: ResponderArgs) -> anyhow::Result<()> {
     let responder = Responder::bind(ResponderConfig::new(args.listen))
         .map_err(|e| anyhow::anyhow!("responder on {}: {e}", args.listen))?;
     let stopper = responder.stopper();
+    // The UD mesh answers on the same address in RDMA_PS_UDP.
+    let mesh_config = rdma_probe::mesh::MeshConfig {
+        listen: Some(args.listen),
+        ..Default::default()
+    };
+    let mesh = rdma_probe::mesh::Mesh::spawn(mesh_config, Arc::new(LogMeshSink))
+        .map_err(|e| anyhow::anyhow!("UD responder on {}: {e}", args.listen))?;
     let mut signals = signal_hook_iterator()?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
@@ -323,12 +358,35 @@ pub fn cli_responder(args: ResponderArgs) -> anyhow::Result<()> {
     let stats = responder
         .run()
         .map_err(|e| anyhow::anyhow!("responder: {e}"))?;
+    let mesh = mesh
+        .stop()
+        .map_err(|e| anyhow::anyhow!("UD responder: {e}"))?;
     info!(
         established = stats.established,
         echoes = stats.echoes,
+        ud_answers = mesh.responded,
         "responder stopped"
     );
     Ok(())
+}
+
+/// The UD responder of `qpwatch responder`: logs what it could not answer.
+struct LogMeshSink;
+
+impl rdma_probe::mesh::MeshSink for LogMeshSink {
+    fn qp_created(&self, device: &str, qp_num: u32, _calls: &[rdma_probe::QpCall]) {
+        info!(device, qp_num, "UD responder QP");
+    }
+    fn resolved(&self, _: &Arc<str>, _: &str, _: u32) {}
+    fn resolve_failed(&self, _: &Arc<str>, _: &rdma_probe::Error) {}
+    fn sent(&self, _: &Arc<str>) {}
+    fn send_failed(&self, _: &Arc<str>, _: &rdma_probe::Error) {}
+    fn answered(&self, _: &Arc<str>, _: &rdma_probe::mesh::Answer) {}
+    fn lost(&self, _: &Arc<str>, _: u64) {}
+    fn responded(&self, _: &str) {}
+    fn dropped(&self, reason: rdma_probe::mesh::Dropped) {
+        warn!(reason = reason.as_str(), "UD message not answered");
+    }
 }
 
 fn signal_hook_iterator() -> anyhow::Result<signal_hook::iterator::Signals> {

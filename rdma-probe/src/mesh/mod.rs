@@ -153,3 +153,116 @@ pub struct MeshStats {
     pub lost: u64,
     pub responded: u64,
 }
+
+mod counted;
+mod device;
+mod engine;
+mod schedule;
+mod wire;
+
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+pub use counted::{probe_counted, CountedProbe, CountedSummary};
+
+use crate::verbs::EventFd;
+use engine::{Control, Counters, Engine};
+
+/// Starts the mesh.
+pub struct Mesh;
+
+impl Mesh {
+    /// Binds the UD listener (if `config.listen`) and starts the mesh thread
+    /// with no targets; `Err` if the listener cannot bind.
+    pub fn spawn(config: MeshConfig, sink: Arc<dyn MeshSink>) -> Result<MeshHandle, Error> {
+        Self::start(config, sink, None)
+    }
+
+    /// As [`Mesh::spawn`], but every target gets at most `probes` probes
+    /// (the CLI's `--count`); after that the target stays resolved, silent.
+    pub fn spawn_limited(
+        config: MeshConfig,
+        sink: Arc<dyn MeshSink>,
+        probes: u64,
+    ) -> Result<MeshHandle, Error> {
+        Self::start(config, sink, Some(probes))
+    }
+
+    fn start(
+        config: MeshConfig,
+        sink: Arc<dyn MeshSink>,
+        limit: Option<u64>,
+    ) -> Result<MeshHandle, Error> {
+        let control = Arc::new(Control {
+            wake: EventFd::new()?,
+            stop: Default::default(),
+            targets: Mutex::new(None),
+        });
+        let counters = Arc::new(Counters::default());
+        let engine = Engine::new(config, sink, counters.clone(), control.clone(), limit)?;
+        counters.threads.store(1, Ordering::Relaxed);
+        let thread = std::thread::Builder::new()
+            .name("qpwatch-mesh".into())
+            .spawn(move || engine.run())
+            .map_err(|e| Error::Os {
+                call: "pthread_create",
+                errno: crate::error::Errno(e.raw_os_error().unwrap_or(0)),
+            })?;
+        Ok(MeshHandle {
+            control,
+            counters,
+            thread,
+        })
+    }
+}
+
+/// The running mesh.
+pub struct MeshHandle {
+    control: Arc<Control>,
+    counters: Arc<Counters>,
+    thread: JoinHandle<Result<(), Error>>,
+}
+
+impl MeshHandle {
+    /// Replaces the target list. Targets whose (key, address, source) did
+    /// not change keep their resolution and sequence numbers; removed
+    /// targets' probes in flight are forgotten (not lost).
+    pub fn set_targets(&self, targets: Vec<MeshTarget>) {
+        if let Ok(mut pending) = self.control.targets.lock() {
+            *pending = Some(targets);
+        }
+        self.control.wake.signal();
+    }
+
+    pub fn stats(&self) -> MeshStats {
+        self.counters.snapshot()
+    }
+
+    /// Whether the mesh thread ended (it only does on stop or a fatal error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Stops the thread, frees every RDMA object, returns the final counters.
+    pub fn stop(self) -> Result<MeshStats, Error> {
+        self.control.stop.store(true, Ordering::Release);
+        self.control.wake.signal();
+        let result = self
+            .thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::InvalidConfig("the mesh thread panicked".into())));
+        result.map(|()| self.counters.snapshot())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<MeshHandle>();
+    }
+}

@@ -81,6 +81,13 @@ pub struct ProbeArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Probe the target's UD mesh responder (SIDR-resolved UD QP; --count
+    /// probes of --size bytes, --timeout per probe) instead of RC.
+    #[arg(long)]
+    pub ud: bool,
+    /// With --ud: time between two probes, in milliseconds.
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]
