@@ -508,6 +508,81 @@ mod tests {
         );
     }
 
+    /// The prober's bookkeeping, whatever the engine does (on a host without
+    /// RDMA it cannot start, and is left pending).
+    #[test]
+    fn series_follow_the_config_and_the_targets_file() {
+        use crate::export::metrics::{render, Buckets, Metrics};
+
+        let metrics = Metrics::with_target_labels(&Buckets::default(), "k", &["rack".to_owned()]);
+        let sink = ProbeSink {
+            metrics: metrics.clone(),
+            own_calls: Default::default(),
+            qp_tracing: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("targets.yaml");
+        let write = |text: &str| {
+            let tmp = dir.path().join("tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        };
+        write("- targets: [198.18.0.2, 198.18.0.3, 198.18.0.4]\n  labels: {rack: r1}\n");
+        let settings = MeshSettings {
+            listen: None,
+            targets_file: Some(path.clone()),
+            max_targets: 3,
+            target_labels: vec!["rack".to_owned()],
+            ..MeshSettings::default()
+        };
+        let mut mesh = MeshProber::new(sink);
+        mesh.apply(Some(&settings), &[inline("peer9", "198.18.0.9:9723")]);
+        let sent = |text: &str, target: &str, rack: &str| {
+            text.lines().any(|l| {
+                l.starts_with(&format!(
+                    "qpwatch_mesh_probes_sent_total{{rack=\"{rack}\",target=\"{target}\"}} 0"
+                ))
+            })
+        };
+        let text = render(&metrics.registry);
+        assert!(sent(&text, "peer9", ""), "{text}");
+        assert!(sent(&text, "198.18.0.2", "r1"));
+        assert!(sent(&text, "198.18.0.3", "r1"));
+        assert!(!text.contains("198.18.0.4"), "beyond max_targets");
+        assert!(text.contains("qpwatch_label_overflow_total{label=\"target\"} 1"));
+        assert!(text.contains("qpwatch_mesh_targets{source=\"config\"} 1"));
+        assert!(text.contains("qpwatch_mesh_targets{source=\"file\"} 2"));
+        assert!(text.contains("qpwatch_mesh_targets_file_ok 1"));
+
+        // a bad file keeps the last good list
+        write("- targets: [node1]\n");
+        mesh.check_targets_file();
+        let text = render(&metrics.registry);
+        assert!(sent(&text, "198.18.0.2", "r1"));
+        assert!(text.contains("qpwatch_mesh_targets_file_ok 0"));
+        assert!(text.contains("qpwatch_mesh_targets_file_reloads_total{result=\"error\"} 1"));
+
+        // a good one replaces it: removed targets lose their series, a
+        // refused one is counted once while refused
+        write("- targets: [198.18.0.3, 198.18.0.5, 198.18.0.6]\n  labels: {rack: r2}\n");
+        mesh.check_targets_file();
+        mesh.check_targets_file();
+        let text = render(&metrics.registry);
+        assert!(!text.contains("198.18.0.2"));
+        assert!(sent(&text, "198.18.0.3", "r2"), "new labels, new series");
+        assert!(!text.contains("rack=\"r1\""));
+        assert!(text.contains("qpwatch_label_overflow_total{label=\"target\"} 2"));
+        assert!(text.contains("qpwatch_mesh_targets_file_ok 1"));
+
+        // fleet mode off: nothing of the mesh is left
+        mesh.apply(None, &[]);
+        let text = render(&metrics.registry);
+        assert!(!text.contains("target=\""), "{text}");
+        assert!(!text.contains("qpwatch_mesh_targets{"));
+        assert!(!text.contains("qpwatch_mesh_targets_file_ok "));
+        assert!(!mesh.pending());
+    }
+
     #[test]
     fn resolve_reasons_are_bounded() {
         let cm = |call| Error::Cm {
