@@ -366,6 +366,11 @@ impl MeshProber {
             Ok(handle) => {
                 info!(listen = ?config.listen, "UD probe mesh running");
                 self.reporter.sink.metrics.mesh.started();
+                self.reporter
+                    .sink
+                    .metrics
+                    .probes
+                    .unseen_at_zero(CROSS_CHECK_TARGET);
                 self.running = Some((config, handle));
                 self.failed = None;
             }
