@@ -58,8 +58,18 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     };
     match config::parse_file(path, &text) {
         Ok(settings) => {
+            let fleet = match &settings.mesh {
+                None => String::new(),
+                Some(mesh) => format!(
+                    ", fleet mode: UD responder {}, targets file {}",
+                    mesh.listen.map_or("off".to_owned(), |a| a.to_string()),
+                    mesh.targets_file
+                        .as_ref()
+                        .map_or("none".to_owned(), |p| p.display().to_string())
+                ),
+            };
             println!(
-                "{}: ok ({} probe targets, responder {})",
+                "{}: ok ({} probe targets, responder {}{fleet})",
                 path.display(),
                 settings.targets.len(),
                 settings

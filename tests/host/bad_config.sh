@@ -53,6 +53,14 @@ file_case "port out of range" "qpwatch.toml:2:10: responder.listen" '[responder]
 file_case "missing target field" "qpwatch.toml:1:1: targets[0]: missing field" '[[targets]]\naddress = "198.18.0.1"'
 file_case "renamed section" "qpwatch.toml:1:2: probes: \`[probes]\` was renamed \`[hooks]\`" '[probes]\ngroups = ["qp"]'
 file_case "timeout > interval" "qpwatch.toml:4:19: targets[0].timeout_seconds" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\ntimeout_seconds = 20'
+file_case "mesh: zero interval" "qpwatch.toml:2:20: mesh.interval_seconds: 0 is not a number of seconds between 0.01 and 3600" '[mesh]\ninterval_seconds = 0'
+file_case "mesh: bad target label" "qpwatch.toml:2:17: mesh.target_labels: \"to-r\" is not a label name" '[mesh]\ntarget_labels = ["rack", "to-r"]'
+file_case "mesh: reserved target label" "qpwatch.toml:2:17: mesh.target_labels: \"target\"" '[mesh]\ntarget_labels = ["target"]'
+file_case "mesh: targets file extension" "qpwatch.toml:2:16: mesh.targets_file: \"/etc/qpwatch/targets.txt\": the extension tells the format" '[mesh]\ntargets_file = "/etc/qpwatch/targets.txt"'
+file_case "mesh: zero max targets" "qpwatch.toml:2:15: mesh.max_targets: 0 is not between 1 and 100000" '[mesh]\nmax_targets = 0'
+file_case "mesh: unknown key" "qpwatch.toml:2:1: mesh.interval: unknown field" '[mesh]\ninterval = 1'
+file_case "ud target without [mesh]" "qpwatch.toml:4:8: targets[0].mode: \"ud\" targets are probed by the mesh" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"'
+file_case "ud target with an RC key" "qpwatch.toml:6:9: targets[0].pings: not used by mode = \"ud\"" '[mesh]\n[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"\npings = 3'
 check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
 # an endless file: read up to a bound, not forever (timeout: the unbounded read never ends)
 check "endless file" "/dev/zero: (file): larger than 1024 KiB" "check-config /dev/zero" -- timeout 20 "$BIN" check-config /dev/zero
@@ -68,6 +76,9 @@ flag_case "flag: unknown group" "--groups" --groups qp,bogus
 flag_case "flag: target without name" "--target" --target =198.18.0.1
 flag_case "flag: negative poll interval" "--module-poll-interval" --module-poll-interval -3
 flag_case "flag: unknown flag" "--bogus" --bogus
+flag_case "flag: mesh interval too short" "--mesh-interval: 0.001 is not a number of seconds between 0.01 and 3600" --mesh-interval 0.001
+flag_case "flag: duplicate target label" "--mesh-target-label: \"rack\" is named twice" --mesh-target-label rack --mesh-target-label rack
+flag_case "flag: targets file extension" "--mesh-targets-file: \"targets.csv\"" --mesh-targets-file targets.csv
 echo
 for spelling in "check-config packaging/qpwatch.toml" "check-config --config packaging/qpwatch.toml"; do
   # shellcheck disable=SC2086

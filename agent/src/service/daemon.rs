@@ -7,6 +7,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex,
     },
+    time::Duration,
 };
 
 use anyhow::Context;
@@ -94,7 +95,12 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let notifier = Notifier::from_env();
     let _bpf_stats = enable_bpf_stats(&settings);
 
-    let mut metrics = Metrics::new(&settings.buckets, &kernel_release());
+    let target_labels = settings
+        .mesh
+        .as_ref()
+        .map_or(&[][..], |m| m.target_labels.as_slice());
+    let mut metrics =
+        Metrics::with_target_labels(&settings.buckets, &kernel_release(), target_labels);
     metrics
         .register_ib_cm_counters(ib_cm::SYSFS_DIR, settings.limits.max_device_labels)
         .context("registering the IB CM counters")?;
@@ -166,6 +172,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
     let mut poll = tokio::time::interval(settings.module_poll_interval);
+    let mut targets_file_check = targets_file_interval(&settings);
     let mut watchdog = notifier.watchdog_interval().map(tokio::time::interval);
     let mut ready_sent = false;
     let mut probes_started = mode == Mode::Events;
@@ -180,6 +187,9 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                     Ok(new) => {
                         reload(&settings, &new);
                         apply_probes(&prober, &new).await;
+                        if targets_file_check_period(&new) != targets_file_check_period(&settings) {
+                            targets_file_check = targets_file_interval(&new);
+                        }
                         settings = new;
                     }
                     // A bad file on reload keeps the running settings.
@@ -196,8 +206,8 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                     // netlink queries would load the RDMA stack themselves.
                     apply_probes(&prober, &settings).await;
                     probes_started = true;
-                } else if probes_started && prober.lock().expect("not poisoned").responder_pending() {
-                    retry_responder(&prober).await;
+                } else if probes_started && prober.lock().expect("not poisoned").retry_pending() {
+                    with_prober(&prober, Prober::retry, "retrying the responder and the mesh").await;
                 }
                 let ready = tracer.ready();
                 if let Some(state) = &state {
@@ -209,6 +219,11 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                 }
                 if let Err(error) = polled {
                     break Err(error.into());
+                }
+            }
+            Some(_) = async { match targets_file_check.as_mut() { Some(t) => Some(t.tick().await), None => None } } => {
+                if probes_started {
+                    with_prober(&prober, Prober::check_targets_file, "checking the targets file").await;
                 }
             }
             Some(_) = async { match watchdog.as_mut() { Some(w) => Some(w.tick().await), None => None } } => {
@@ -240,14 +255,30 @@ fn rdma_core_present() -> bool {
     std::path::Path::new("/sys/class/infiniband").exists()
 }
 
-async fn retry_responder(prober: &Arc<Mutex<Prober>>) {
+/// Runs `f` on the prober off the event loop (it may join threads or read
+/// a file).
+async fn with_prober(prober: &Arc<Mutex<Prober>>, f: fn(&mut Prober), what: &str) {
     let prober = Arc::clone(prober);
-    let retried =
-        tokio::task::spawn_blocking(move || prober.lock().expect("not poisoned").retry_responder())
-            .await;
-    if let Err(error) = retried {
-        warn!(%error, "retrying the probe responder");
+    let done =
+        tokio::task::spawn_blocking(move || f(&mut prober.lock().expect("not poisoned"))).await;
+    if let Err(error) = done {
+        warn!(%error, "{what}");
     }
+}
+
+fn targets_file_check_period(settings: &Settings) -> Option<Duration> {
+    let mesh = settings.mesh.as_ref()?;
+    mesh.targets_file.as_ref()?;
+    Some(mesh.targets_file_check)
+}
+
+/// The targets file's checks, if fleet mode has a targets file.
+fn targets_file_interval(settings: &Settings) -> Option<tokio::time::Interval> {
+    targets_file_check_period(settings).map(|period| {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    })
 }
 
 /// Starts, stops and restarts the responder and probe threads to match
@@ -256,11 +287,12 @@ async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
     let prober = Arc::clone(prober);
     let responder = settings.responder_listen;
     let targets = settings.targets.clone();
+    let mesh = settings.mesh.clone();
     let applied = tokio::task::spawn_blocking(move || {
         prober
             .lock()
             .expect("not poisoned")
-            .apply(responder, &targets)
+            .apply(responder, &targets, mesh.as_ref())
     })
     .await;
     if let Err(error) = applied {
@@ -268,8 +300,9 @@ async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
     }
 }
 
-/// What a SIGHUP changes at run time: the probe targets and the responder.
-/// Everything else needs a restart, and is said so.
+/// What a SIGHUP changes at run time: the probe targets, the responder and
+/// the mesh (but its target labels: the prober says so). Everything else
+/// needs a restart, and is said so.
 fn reload(old: &Settings, new: &Settings) {
     let restart_keys: Vec<&str> = [
         ("listen", old.listen != new.listen),
@@ -296,6 +329,7 @@ fn reload(old: &Settings, new: &Settings) {
     info!(
         targets = new.targets.len(),
         responder = ?new.responder_listen,
+        fleet_mode = new.mesh.is_some(),
         "SIGHUP: configuration reloaded"
     );
 }

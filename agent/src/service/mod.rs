@@ -1,8 +1,9 @@
 //! Running as a service: configuration, the daemon loop, systemd, install,
-//! logging.
+//! logging, the mesh's targets file.
 
 pub mod config;
 pub mod daemon;
 pub mod install;
 pub mod logging;
 pub mod systemd;
+pub mod targets_file;

@@ -1,4 +1,5 @@
 //! The agent's own RDMA probes, and their cross-check against the hooks.
 
 pub mod crosscheck;
+pub mod mesh;
 pub mod prober;

@@ -14,15 +14,15 @@ use std::{
 };
 
 use rdma_probe::{
-    probe_summary, run_probes, PollMode, ProbeConfig, ProbeDriver, ProbeMode, ProbeOutcome,
+    probe_summary, run_probes, PollMode, ProbeConfig, ProbeDriver, ProbeMode, ProbeOutcome, QpCall,
     Responder, ResponderConfig, ResponderHandle, ResponderStats,
 };
 use tracing::{info, warn};
 
 use crate::{
     export::metrics::Metrics,
-    service::config::{ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
-    synthetic::crosscheck::OwnCallLog,
+    service::config::{MeshSettings, ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
+    synthetic::{crosscheck::OwnCallLog, mesh::MeshProber},
 };
 
 fn probe_config(target: &Target) -> ProbeConfig {
@@ -54,30 +54,34 @@ impl ProbeSink {
     /// drained asynchronously, so this waits (up to a grace period) until
     /// each userspace call has its counterpart.
     fn cross_check(&self, target: &str, outcome: &ProbeOutcome) {
-        if !self.qp_tracing.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(device) = outcome.device.clone() else {
+        let Some(device) = &outcome.device else {
             return;
         };
         for (qp_num, user_calls) in &outcome.qp_calls {
-            let key = (device.clone(), *qp_num);
-            let user_calls: Vec<rdma_probe::QpCall> =
-                user_calls.iter().filter(|c| c.rc == 0).cloned().collect();
-            let checked = self.own_calls.check(&key, &user_calls, KERNEL_EVENT_GRACE);
-            for (call, skew) in &checked.skews {
-                self.metrics.probes.skew(call, *skew);
-            }
-            if !checked.missing.is_empty() {
-                warn!(
-                    target,
-                    qp_num,
-                    %device,
-                    missing = %checked.missing.join(", "),
-                    "probe QP calls the eBPF path did not see"
-                );
-                self.metrics.probes.qp_unseen(target);
-            }
+            self.check_qp(target, device, *qp_num, user_calls);
+        }
+    }
+
+    /// Cross-checks one QP's successful calls (waits up to a grace period).
+    pub fn check_qp(&self, target: &str, device: &str, qp_num: u32, calls: &[QpCall]) {
+        if !self.qp_tracing.load(Ordering::Acquire) {
+            return;
+        }
+        let key = (device.to_owned(), qp_num);
+        let user_calls: Vec<QpCall> = calls.iter().filter(|c| c.rc == 0).cloned().collect();
+        let checked = self.own_calls.check(&key, &user_calls, KERNEL_EVENT_GRACE);
+        for (call, skew) in &checked.skews {
+            self.metrics.probes.skew(call, *skew);
+        }
+        if !checked.missing.is_empty() {
+            warn!(
+                target,
+                qp_num,
+                device,
+                missing = %checked.missing.join(", "),
+                "probe QP calls the eBPF path did not see"
+            );
+            self.metrics.probes.qp_unseen(target);
         }
     }
 }
@@ -139,13 +143,15 @@ fn run_target(target: Target, sink: ProbeSink, stop: mpsc::Receiver<()>) {
     let mode = match target.mode {
         ProbeModeSetting::Persistent => ProbeMode::Persistent,
         ProbeModeSetting::Oneshot => ProbeMode::OneShot,
+        ProbeModeSetting::Ud => unreachable!("UD targets are the mesh's"),
     };
     run_probes(&config, mode, None, &mut TargetLoop { target, sink, stop });
 }
 
-/// The responder, the probe threads, and their reconfiguration.
+/// The responder, the probe threads, the UD mesh, and their reconfiguration.
 pub struct Prober {
     sink: ProbeSink,
+    mesh: MeshProber,
     responder: Option<(SocketAddr, ResponderHandle)>,
     /// The configured responder that could not start, and why (retried).
     responder_failed: Option<(SocketAddr, String)>,
@@ -156,6 +162,7 @@ pub struct Prober {
 impl Prober {
     pub fn new(sink: ProbeSink) -> Self {
         Self {
+            mesh: MeshProber::new(sink.clone()),
             sink,
             responder: None,
             responder_failed: None,
@@ -164,9 +171,20 @@ impl Prober {
         }
     }
 
-    /// Makes the running responder and targets match the settings; targets
-    /// that did not change keep running (and their persistent connections).
-    pub fn apply(&mut self, responder: Option<SocketAddr>, targets: &[Target]) {
+    /// Makes the running responder, targets and mesh match the settings;
+    /// targets that did not change keep running (and their persistent
+    /// connections). `mode = "ud"` targets go to the mesh (`mesh`: fleet mode).
+    pub fn apply(
+        &mut self,
+        responder: Option<SocketAddr>,
+        targets: &[Target],
+        mesh: Option<&MeshSettings>,
+    ) {
+        let (ud, targets): (Vec<Target>, Vec<Target>) = targets
+            .iter()
+            .cloned()
+            .partition(|t| t.mode == ProbeModeSetting::Ud);
+        self.mesh.apply(mesh, &ud);
         if self.responder.as_ref().map(|(a, _)| *a) != responder {
             self.stop_responder();
             self.responder_failed = None;
@@ -188,7 +206,7 @@ impl Prober {
                 self.sink.metrics.probes.forget_target(&name);
             }
         }
-        for target in targets {
+        for target in &targets {
             if self.targets.contains_key(&target.name) {
                 continue;
             }
@@ -216,7 +234,7 @@ impl Prober {
     }
 
     /// Starts the responder; a failure is logged once per distinct error and
-    /// retried by [`Prober::retry_responder`] (e.g. until an address appears).
+    /// retried by [`Prober::retry`] (e.g. until an address appears).
     fn start_responder(&mut self, listen: SocketAddr) {
         match Responder::spawn(ResponderConfig::new(listen)) {
             Ok(handle) => {
@@ -234,15 +252,22 @@ impl Prober {
         }
     }
 
-    /// Whether a configured responder is waiting to be retried.
-    pub fn responder_pending(&self) -> bool {
-        self.responder_failed.is_some()
+    /// Whether a configured responder or the mesh is waiting to be retried.
+    pub fn retry_pending(&self) -> bool {
+        self.responder_failed.is_some() || self.mesh.pending()
     }
 
-    pub fn retry_responder(&mut self) {
+    /// Retries the responder and the mesh that could not start.
+    pub fn retry(&mut self) {
         if let Some((listen, _)) = self.responder_failed {
             self.start_responder(listen);
         }
+        self.mesh.retry();
+    }
+
+    /// Re-reads the mesh's targets file if it changed.
+    pub fn check_targets_file(&mut self) {
+        self.mesh.check_targets_file();
     }
 
     fn stop_responder(&mut self) {
@@ -266,11 +291,12 @@ impl Prober {
         if let Some(stats) = self.responder.as_ref().map(|(_, h)| h.stats()) {
             self.refresh_responder_with(&stats);
         }
+        self.mesh.refresh();
     }
 
-    /// Stops every probe thread and the responder.
+    /// Stops every probe thread, the mesh and the responder.
     pub fn shutdown(&mut self) {
-        self.apply(None, &[]);
+        self.apply(None, &[], None);
     }
 }
 

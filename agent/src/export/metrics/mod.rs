@@ -15,6 +15,7 @@ pub mod events;
 pub mod hooks;
 pub mod ib_cm;
 pub mod limits;
+pub mod mesh;
 pub mod probes;
 mod process;
 pub mod qp;
@@ -46,6 +47,7 @@ pub struct Metrics {
     pub hooks: hooks::HookMetrics,
     pub probes: probes::ProbeMetrics,
     pub responder: responder::ResponderMetrics,
+    pub mesh: mesh::MeshMetrics,
 }
 
 impl Metrics {
@@ -53,6 +55,12 @@ impl Metrics {
     /// [`Metrics::register_ib_cm_counters`]); `kernel` is the running
     /// kernel's release, for `qpwatch_build_info`.
     pub fn new(buckets: &Buckets, kernel: &str) -> Self {
+        Self::with_target_labels(buckets, kernel, &[])
+    }
+
+    /// [`Metrics::new`], the mesh's per-target families with these labels
+    /// after `target` (fixed for the registry's life).
+    pub fn with_target_labels(buckets: &Buckets, kernel: &str, target_labels: &[String]) -> Self {
         let registry = Registry::new();
         let mut families = Vec::new();
         let mut r = Registrar::new(&registry, &mut families);
@@ -65,6 +73,7 @@ impl Metrics {
         let hooks = hooks::HookMetrics::new(&mut r);
         let probes = probes::ProbeMetrics::new(&mut r, buckets);
         let responder = responder::ResponderMetrics::new(&mut r);
+        let mesh = mesh::MeshMetrics::new(&mut r, buckets, target_labels);
         Metrics {
             registry,
             families,
@@ -75,6 +84,7 @@ impl Metrics {
             hooks,
             probes,
             responder,
+            mesh,
         }
     }
 

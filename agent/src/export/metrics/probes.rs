@@ -88,6 +88,12 @@ impl ProbeMetrics {
         self.skew.with_label_values(&[call]).observe(seconds);
     }
 
+    /// Exports a target's unseen counter at zero (the mesh's, which has no
+    /// probe outcomes).
+    pub fn unseen_at_zero(&self, target: &str) {
+        self.unseen.with_label_values(&[target]);
+    }
+
     /// A probe QP with a verb call the hooks did not see.
     pub fn qp_unseen(&self, target: &str) {
         self.unseen.with_label_values(&[target]).inc();

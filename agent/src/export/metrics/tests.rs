@@ -203,6 +203,165 @@ fn hook_statuses_are_exported_per_hook() {
     assert!(!text.contains("qpwatch_probe_attached"));
 }
 
+#[test]
+fn mesh_targets_have_series_from_added_to_removed() {
+    let labels = ["rack".to_owned(), "tor".to_owned()];
+    let m = Metrics::with_target_labels(&Buckets::default(), "k", &labels);
+    let text = render(&m.registry);
+    assert!(
+        !text.contains("qpwatch_mesh_qps"),
+        "no series before fleet mode"
+    );
+    assert!(!text.contains("qpwatch_mesh_targets_file_ok"));
+
+    let a: Arc<str> = Arc::from("198.18.0.2");
+    let b: Arc<str> = Arc::from("peer3");
+    let rack = std::collections::BTreeMap::from([
+        ("rack".to_owned(), "r1".to_owned()),
+        ("zone".to_owned(), "ignored".to_owned()),
+    ]);
+    m.mesh.started();
+    m.mesh.add_target(&a, &rack);
+    m.mesh.add_target(&b, &Default::default());
+    let a_series = r#"{rack="r1",target="198.18.0.2",tor=""}"#;
+    let text = render(&m.registry);
+    for family in [
+        "qpwatch_mesh_probes_sent_total",
+        "qpwatch_mesh_probes_answered_total",
+        "qpwatch_mesh_probes_lost_total",
+        "qpwatch_mesh_probe_rtt_seconds_count",
+        "qpwatch_mesh_target_resolved",
+    ] {
+        assert_eq!(
+            value(&text, &format!("{family}{a_series}")),
+            Some(0.0),
+            "{family}"
+        );
+    }
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_probes_sent_total{rack="",target="peer3",tor=""}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(value(&text, "qpwatch_mesh_qps"), Some(0.0));
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_messages_dropped_total{reason="no_return_path"}"#
+        ),
+        Some(0.0)
+    );
+
+    m.mesh.sent(&a);
+    m.mesh.sent(&a);
+    m.mesh.answered(&a, Duration::from_micros(900));
+    m.mesh.lost(&a);
+    m.mesh.send_failed(&a);
+    m.mesh.resolved(&a);
+    m.mesh.resolve_failed(&b, "unreachable");
+    m.mesh.responded("rxe0");
+    m.mesh.dropped(rdma_probe::mesh::Dropped::Malformed);
+    m.mesh.sent("removed-already");
+    m.mesh.targets(mesh::TargetSource::File, 2);
+    m.mesh.targets_file_read(false);
+    m.mesh.qps(1);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(&text, &format!("qpwatch_mesh_probes_sent_total{a_series}")),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&text, &format!("qpwatch_mesh_probes_lost_total{a_series}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("qpwatch_mesh_probes_answered_total{a_series}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("qpwatch_mesh_probe_rtt_seconds_count{a_series}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("qpwatch_mesh_target_resolved{a_series}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_resolve_failures_total{reason="unreachable",target="peer3"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_mesh_responses_total{device="rxe0"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_messages_dropped_total{reason="malformed"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_mesh_targets{source="file"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_targets_file_reloads_total{result="error"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(value(&text, "qpwatch_mesh_targets_file_ok"), Some(0.0));
+    assert_eq!(value(&text, "qpwatch_mesh_qps"), Some(1.0));
+    assert!(!text.contains("removed-already"));
+
+    // re-adding with the same labels keeps the counts; other labels restart them
+    m.mesh.add_target(&a, &rack);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(&text, &format!("qpwatch_mesh_probes_sent_total{a_series}")),
+        Some(3.0)
+    );
+    m.mesh.add_target(&a, &Default::default());
+    let text = render(&m.registry);
+    assert_eq!(
+        value(&text, &format!("qpwatch_mesh_probes_sent_total{a_series}")),
+        None
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_probes_sent_total{rack="",target="198.18.0.2",tor=""}"#
+        ),
+        Some(0.0)
+    );
+
+    m.mesh.remove_target(&a);
+    m.mesh.remove_target(&b);
+    m.mesh.stopped();
+    m.mesh.targets_file_unconfigured();
+    let text = render(&m.registry);
+    assert!(
+        !text.contains("198.18.0.2"),
+        "removed targets leave no series"
+    );
+    assert!(!text.contains("peer3"));
+    assert!(!text.contains("qpwatch_mesh_qps "));
+    assert!(!text.contains("qpwatch_mesh_targets_file_ok "));
+}
+
 // README.md and the registry agree.
 
 const README: &str = include_str!("../../../../README.md");

@@ -9,15 +9,18 @@ use super::{
     cli::{LogFormat, ProbeModeSetting, RunArgs},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MODULE_POLL_INTERVAL,
+        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
         RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
         TARGET_TIMEOUT,
     },
     rules::{
-        check_buckets, check_groups, check_listen, check_log_level, check_source,
-        check_target_name, parse_target_address,
+        check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
+        check_source, check_target_labels, check_target_name, check_targets_file,
+        parse_target_address,
     },
-    settings::{Settings, Target},
+    settings::{MeshSettings, Settings, Target},
+    DEFAULT_FLEET_LISTEN,
 };
 
 /// A value as given, and where: a key at its place in the file, or a flag.
@@ -80,6 +83,49 @@ pub(super) struct Input {
     pub responder: Option<(Given<String>, bool)>,
     /// `Some`: these targets replace those so far.
     pub targets: Option<Vec<TargetInput>>,
+    /// `Some`: fleet mode, with these keys over those so far.
+    pub mesh: Option<MeshInput>,
+}
+
+/// `[mesh]` as given, or the `--mesh*` flags.
+#[derive(Debug, Default)]
+pub(super) struct MeshInput {
+    pub listen: Option<Given<String>>,
+    pub interval_seconds: Option<Given<f64>>,
+    pub timeout_seconds: Option<Given<f64>>,
+    pub targets_file: Option<Given<String>>,
+    pub targets_file_check_seconds: Option<Given<f64>>,
+    pub target_labels: Option<Given<Vec<String>>>,
+    pub max_targets: Option<Given<i64>>,
+    pub source: Option<Given<String>>,
+}
+
+impl MeshInput {
+    fn apply(&self, mut m: MeshSettings) -> Result<MeshSettings, ConfigError> {
+        set(&mut m.listen, &self.listen, |v| check_mesh_listen(v))?;
+        set(&mut m.interval, &self.interval_seconds, |v| {
+            MESH_INTERVAL.seconds(*v)
+        })?;
+        set(&mut m.timeout, &self.timeout_seconds, |v| {
+            MESH_TIMEOUT.seconds(*v)
+        })?;
+        set(&mut m.targets_file, &self.targets_file, |v| {
+            check_targets_file(v).map(Some)
+        })?;
+        set(
+            &mut m.targets_file_check,
+            &self.targets_file_check_seconds,
+            |v| MESH_TARGETS_FILE_CHECK.seconds(*v),
+        )?;
+        set(&mut m.target_labels, &self.target_labels, |v| {
+            check_target_labels(v)
+        })?;
+        set(&mut m.max_targets, &self.max_targets, |v| {
+            MESH_MAX_TARGETS.integer(*v).map(|v| v as usize)
+        })?;
+        set(&mut m.source, &self.source, |v| check_source(v).map(Some))?;
+        Ok(m)
+    }
 }
 
 /// A probe target as given: a `[[targets]]` table, or a `--target` with the
@@ -97,7 +143,7 @@ pub(super) struct TargetInput {
     /// interval is reported here.
     pub timeout_seconds: Given<Option<f64>>,
     pub message_size: Option<Given<i64>>,
-    pub mode: Option<ProbeModeSetting>,
+    pub mode: Option<Given<ProbeModeSetting>>,
 }
 
 fn set<T, U>(
@@ -163,9 +209,14 @@ impl Input {
         }
         if let Some((listen, enabled)) = &self.responder {
             let listen = listen.check(|v| parse_target_address(v))?;
-            if *enabled {
-                s.responder_listen = Some(listen);
-            }
+            s.responder_listen = enabled.then_some(listen);
+            s.responder_configured = true;
+        }
+        if let Some(mesh) = &self.mesh {
+            s.mesh = Some(mesh.apply(s.mesh.take().unwrap_or_default())?);
+        }
+        if s.mesh.is_some() && !s.responder_configured {
+            s.responder_listen = Some(DEFAULT_FLEET_LISTEN.parse().expect("valid"));
         }
         if let Some(targets) = &self.targets {
             let mut names = HashSet::new();
@@ -173,6 +224,17 @@ impl Input {
                 .iter()
                 .map(|t| t.check(&mut names))
                 .collect::<Result<_, _>>()?;
+            if s.mesh.is_none() {
+                if let Some(ud) = targets
+                    .iter()
+                    .find_map(|t| t.mode.as_ref().filter(|m| m.value == ProbeModeSetting::Ud))
+                {
+                    return Err(ud.error(
+                        "\"ud\" targets are probed by the mesh: needs [mesh] (or --mesh)"
+                            .to_owned(),
+                    ));
+                }
+            }
         }
         Ok(s)
     }
@@ -193,6 +255,15 @@ impl TargetInput {
         if let Some(source) = &self.source {
             t.source = Some(source.check(|v| check_source(v))?);
         }
+        if let Some(mode) = self
+            .mode
+            .as_ref()
+            .filter(|m| m.value == ProbeModeSetting::Ud)
+        {
+            self.refuse_rc_keys(mode)?;
+            t.mode = ProbeModeSetting::Ud;
+            return Ok(t);
+        }
         t.device.clone_from(&self.device);
         set(&mut t.interval, &self.interval_seconds, |v| {
             TARGET_INTERVAL.seconds(*v)
@@ -207,7 +278,7 @@ impl TargetInput {
         set(&mut t.message_size, &self.message_size, |v| {
             TARGET_MESSAGE_SIZE.integer(*v).map(|v| v as usize)
         })?;
-        t.mode = self.mode.unwrap_or(t.mode);
+        t.mode = self.mode.as_ref().map_or(t.mode, |m| m.value);
         if t.timeout >= t.interval {
             return Err(self.timeout_seconds.error(format!(
                 "the step timeout ({:?}) must be shorter than the interval ({:?})",
@@ -215,6 +286,44 @@ impl TargetInput {
             )));
         }
         Ok(t)
+    }
+}
+
+impl TargetInput {
+    /// A UD target is probed at the mesh's interval and timeout: the keys
+    /// of an RC probe would be silently unused.
+    fn refuse_rc_keys(&self, mode: &Given<ProbeModeSetting>) -> Result<(), ConfigError> {
+        let unused = |given: &Origin, key: &str| ConfigError {
+            origin: given.clone(),
+            key: key.to_owned(),
+            message: "not used by mode = \"ud\" (the [mesh] settings apply)".to_owned(),
+        };
+        let given: [Option<(&Origin, &str)>; 5] = [
+            self.interval_seconds
+                .as_ref()
+                .map(|g| (&g.origin, g.key.as_str())),
+            self.jitter.as_ref().map(|g| (&g.origin, g.key.as_str())),
+            self.pings.as_ref().map(|g| (&g.origin, g.key.as_str())),
+            self.timeout_seconds.value.map(|_| {
+                (
+                    &self.timeout_seconds.origin,
+                    self.timeout_seconds.key.as_str(),
+                )
+            }),
+            self.message_size
+                .as_ref()
+                .map(|g| (&g.origin, g.key.as_str())),
+        ];
+        if let Some((origin, key)) = given.into_iter().flatten().next() {
+            return Err(unused(origin, key));
+        }
+        if self.device.is_some() {
+            return Err(ConfigError {
+                message: "device is not used by mode = \"ud\" (the mesh picks the device by source address)".to_owned(),
+                ..mode.error(String::new())
+            });
+        }
+        Ok(())
     }
 }
 
@@ -257,11 +366,42 @@ impl RunArgs {
                         pings: limited(&TARGET_PINGS, self.probe_pings),
                         timeout_seconds: Given::limited_flag(&TARGET_TIMEOUT, self.probe_timeout),
                         message_size: None,
-                        mode: self.probe_mode,
+                        mode: self.probe_mode.map(|m| Given::flag("--probe-mode", m)),
                     })
                     .collect()
             }),
+            mesh: self.mesh_input(),
         }
+    }
+
+    /// `--mesh` or any `--mesh-*` flag: fleet mode.
+    fn mesh_input(&self) -> Option<MeshInput> {
+        let flag = |flag: &str, v: &Option<String>| v.clone().map(|v| Given::flag(flag, v));
+        let limited = |limit: &Limit, v: Option<i64>| v.map(|v| Given::limited_flag(limit, v));
+        let seconds = |limit: &Limit, v: Option<f64>| v.map(|v| Given::limited_flag(limit, v));
+        let m = MeshInput {
+            listen: flag("--mesh-listen", &self.mesh_listen),
+            interval_seconds: seconds(&MESH_INTERVAL, self.mesh_interval),
+            timeout_seconds: seconds(&MESH_TIMEOUT, self.mesh_timeout),
+            targets_file: flag("--mesh-targets-file", &self.mesh_targets_file),
+            targets_file_check_seconds: seconds(
+                &MESH_TARGETS_FILE_CHECK,
+                self.mesh_targets_file_check,
+            ),
+            target_labels: (!self.mesh_target_labels.is_empty())
+                .then(|| Given::flag("--mesh-target-label", self.mesh_target_labels.clone())),
+            max_targets: limited(&MESH_MAX_TARGETS, self.mesh_max_targets),
+            source: flag("--mesh-source", &self.mesh_source),
+        };
+        let any = m.listen.is_some()
+            || m.interval_seconds.is_some()
+            || m.timeout_seconds.is_some()
+            || m.targets_file.is_some()
+            || m.targets_file_check_seconds.is_some()
+            || m.target_labels.is_some()
+            || m.max_targets.is_some()
+            || m.source.is_some();
+        (self.mesh || any).then_some(m)
     }
 }
 
@@ -344,6 +484,34 @@ mod tests {
                 &["--target", "a=198.18.0.1", "--probe-interval", "1"],
                 "--probe-timeout: the step timeout (2s) must be shorter than the interval (1s)",
             ),
+            (
+                &["--mesh-interval", "0"],
+                "--mesh-interval: 0 is not a number of seconds between 0.01 and 3600",
+            ),
+            (
+                &["--mesh-target-label", "rack", "--mesh-target-label", "rack"],
+                "--mesh-target-label: \"rack\" is named twice",
+            ),
+            (
+                &["--mesh-targets-file", "targets.csv"],
+                "--mesh-targets-file: \"targets.csv\": the extension tells the format",
+            ),
+            (
+                &["--target", "a=198.18.0.1", "--probe-mode", "ud"],
+                "--probe-mode: \"ud\" targets are probed by the mesh: needs [mesh] (or --mesh)",
+            ),
+            (
+                &[
+                    "--mesh",
+                    "--target",
+                    "a=198.18.0.1",
+                    "--probe-mode",
+                    "ud",
+                    "--probe-pings",
+                    "2",
+                ],
+                "--probe-pings: not used by mode = \"ud\"",
+            ),
         ];
         for (flags, expected) in cases {
             let args = cli(flags).unwrap();
@@ -373,6 +541,63 @@ mod tests {
         let s = apply_flags(file, &args.run).unwrap();
         assert_eq!(s.targets.len(), 1);
         assert_eq!((s.targets[0].name.as_str(), s.targets[0].pings), ("b", 3));
+    }
+
+    #[test]
+    fn mesh_flags() {
+        let args = cli(&[
+            "--mesh-targets-file",
+            "/etc/qpwatch/targets.json",
+            "--mesh-target-label",
+            "rack",
+            "--mesh-target-label",
+            "tor",
+            "--mesh-interval",
+            "0.1",
+            "--mesh-timeout",
+            "0.5",
+            "--mesh-targets-file-check",
+            "1",
+            "--mesh-max-targets",
+            "10",
+            "--mesh-source",
+            "198.18.0.1",
+            "--mesh-listen",
+            "198.18.0.1:9000",
+            "--target",
+            "a=198.18.0.2",
+            "--probe-mode",
+            "ud",
+        ])
+        .unwrap();
+        let s = apply_flags(Settings::default(), &args.run).unwrap();
+        let m = s.mesh.expect("any --mesh-* flag: fleet mode");
+        assert_eq!(m.target_labels, ["rack", "tor"]);
+        assert_eq!(m.interval, std::time::Duration::from_millis(100));
+        assert_eq!(m.max_targets, 10);
+        assert_eq!(m.listen, Some("198.18.0.1:9000".parse().unwrap()));
+        assert_eq!(s.targets[0].mode, ProbeModeSetting::Ud);
+        assert_eq!(s.responder_listen, Some("0.0.0.0:9723".parse().unwrap()));
+
+        // the file's [mesh] keys stay under the flags'
+        let file = parse("[mesh]\nmax_targets = 5\ntarget_labels = [\"rack\"]").unwrap();
+        let args = cli(&["--mesh-interval", "2", "--responder-listen", "198.18.0.1"]).unwrap();
+        let s = apply_flags(file, &args.run).unwrap();
+        let m = s.mesh.unwrap();
+        assert_eq!(
+            (m.max_targets, m.target_labels.as_slice()),
+            (5, &["rack".to_owned()][..])
+        );
+        assert_eq!(m.interval, std::time::Duration::from_secs(2));
+        assert_eq!(s.responder_listen, Some("198.18.0.1:9723".parse().unwrap()));
+
+        let s = apply_flags(Settings::default(), &cli(&["--mesh"]).unwrap().run).unwrap();
+        assert_eq!(
+            s.mesh,
+            Some(crate::service::config::MeshSettings::default())
+        );
+        let s = apply_flags(Settings::default(), &cli(&[]).unwrap().run).unwrap();
+        assert_eq!(s.mesh, None);
     }
 
     /// Every `--buckets-*` flag takes a comma-separated list (clap once

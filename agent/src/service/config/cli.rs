@@ -118,6 +118,8 @@ pub enum ProbeModeSetting {
     Oneshot,
     /// One connection kept up: steady-state RTT.
     Persistent,
+    /// Probed by the UD mesh (fleet mode), at the `[mesh]` interval.
+    Ud,
 }
 
 /// `NAME=ADDR[:PORT]`, a probe target from the command line (the name and
@@ -238,7 +240,34 @@ pub struct RunArgs {
     /// Defaults for `--target`s: timeout of every step in seconds [default: 2].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub probe_timeout: Option<f64>,
-    /// Defaults for `--target`s: oneshot or persistent [default: oneshot].
+    /// Defaults for `--target`s: oneshot, persistent or ud [default: oneshot].
     #[arg(long, value_enum)]
     pub probe_mode: Option<ProbeModeSetting>,
+    /// `[mesh]`: fleet mode, the UD probe mesh (any `--mesh-*` flag turns it on too).
+    #[arg(long)]
+    pub mesh: bool,
+    /// `mesh.listen`: the UD responder, ADDR[:PORT], "" for none [default: 0.0.0.0:9723].
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub mesh_listen: Option<String>,
+    /// `mesh.interval_seconds`: between two probes to a target [default: 1].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub mesh_interval: Option<f64>,
+    /// `mesh.timeout_seconds`: a probe not answered within this is lost [default: 1].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub mesh_timeout: Option<f64>,
+    /// `mesh.targets_file`: Prometheus file_sd targets (.json, .yml or .yaml).
+    #[arg(long, value_name = "PATH")]
+    pub mesh_targets_file: Option<String>,
+    /// `mesh.targets_file_check_seconds`: how often the targets file is checked [default: 5].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub mesh_targets_file_check: Option<f64>,
+    /// `mesh.target_labels`: a file_sd label carried onto the mesh metrics (repeatable).
+    #[arg(long = "mesh-target-label", value_name = "NAME")]
+    pub mesh_target_labels: Vec<String>,
+    /// `mesh.max_targets`: targets probed at most; the rest are refused [default: 2000].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub mesh_max_targets: Option<i64>,
+    /// `mesh.source`: the local address to probe from [default: routing decides].
+    #[arg(long, value_name = "ADDR")]
+    pub mesh_source: Option<String>,
 }

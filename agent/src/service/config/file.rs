@@ -12,11 +12,12 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    apply::{Given, Input, TargetInput},
+    apply::{Given, Input, MeshInput, TargetInput},
     cli::{LogFormat, ProbeModeSetting},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MODULE_POLL_INTERVAL,
+        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
         RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
         TARGET_TIMEOUT,
     },
@@ -50,6 +51,20 @@ struct FileConfig {
     responder: Option<FileResponder>,
     #[serde(default)]
     targets: Vec<FileTarget>,
+    mesh: Option<FileMesh>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMesh {
+    listen: Option<Spanned<String>>,
+    interval_seconds: Option<Spanned<f64>>,
+    timeout_seconds: Option<Spanned<f64>>,
+    targets_file: Option<Spanned<String>>,
+    targets_file_check_seconds: Option<Spanned<f64>>,
+    target_labels: Option<Spanned<Vec<String>>>,
+    max_targets: Option<Spanned<i64>>,
+    source: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -100,7 +115,7 @@ struct FileTarget {
     pings: Option<Spanned<i64>>,
     timeout_seconds: Option<Spanned<f64>>,
     message_size: Option<Spanned<i64>>,
-    mode: Option<ProbeModeSetting>,
+    mode: Option<Spanned<ProbeModeSetting>>,
 }
 
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -239,6 +254,20 @@ impl FileConfig {
                     .map(|(i, t)| t.input(cx, i))
                     .collect()
             }),
+            mesh: self.mesh.as_ref().map(|m| MeshInput {
+                listen: cx.given_opt("mesh.listen", &m.listen),
+                interval_seconds: cx.limited(&MESH_INTERVAL, None, &m.interval_seconds),
+                timeout_seconds: cx.limited(&MESH_TIMEOUT, None, &m.timeout_seconds),
+                targets_file: cx.given_opt("mesh.targets_file", &m.targets_file),
+                targets_file_check_seconds: cx.limited(
+                    &MESH_TARGETS_FILE_CHECK,
+                    None,
+                    &m.targets_file_check_seconds,
+                ),
+                target_labels: cx.given_opt("mesh.target_labels", &m.target_labels),
+                max_targets: cx.limited(&MESH_MAX_TARGETS, None, &m.max_targets),
+                source: cx.given_opt("mesh.source", &m.source),
+            }),
         }
     }
 }
@@ -261,7 +290,7 @@ impl FileTarget {
                 key: TARGET_TIMEOUT.file_key(at),
             },
             message_size: cx.limited(&TARGET_MESSAGE_SIZE, at, &self.message_size),
-            mode: self.mode,
+            mode: cx.given_opt(key("mode"), &self.mode),
         }
     }
 }
@@ -359,6 +388,77 @@ mode = "persistent"
         assert_eq!(s.log_format, LogFormat::Json);
     }
 
+    #[test]
+    fn mesh_section() {
+        let s = parse(
+            r#"
+[mesh]
+interval_seconds = 0.1
+timeout_seconds = 0.5
+targets_file = "/etc/qpwatch/targets.yaml"
+targets_file_check_seconds = 2
+target_labels = ["rack", "tor"]
+max_targets = 1000
+source = "198.18.0.1"
+[[targets]]
+name = "peer2"
+address = "198.18.0.2"
+mode = "ud"
+source = "198.18.0.1"
+"#,
+        )
+        .unwrap();
+        let m = s.mesh.unwrap();
+        assert_eq!(m.listen, Some("0.0.0.0:9723".parse().unwrap()));
+        assert_eq!(m.interval, Duration::from_millis(100));
+        assert_eq!(m.timeout, Duration::from_millis(500));
+        assert_eq!(
+            m.targets_file,
+            Some(PathBuf::from("/etc/qpwatch/targets.yaml"))
+        );
+        assert_eq!(m.targets_file_check, Duration::from_secs(2));
+        assert_eq!(m.target_labels, ["rack", "tor"]);
+        assert_eq!(m.max_targets, 1000);
+        assert_eq!(m.source, Some("198.18.0.1".parse().unwrap()));
+        assert_eq!(s.targets[0].mode, ProbeModeSetting::Ud);
+        assert_eq!(
+            s.responder_listen,
+            Some("0.0.0.0:9723".parse().unwrap()),
+            "fleet mode: every agent answers RC probes too"
+        );
+    }
+
+    #[test]
+    fn fleet_mode_defaults_the_responder_unless_configured() {
+        let s = parse(
+            "[mesh]
+listen = \"\"",
+        )
+        .unwrap();
+        assert_eq!(s.mesh.unwrap().listen, None);
+        assert_eq!(s.responder_listen, Some("0.0.0.0:9723".parse().unwrap()));
+        let s = parse(
+            "[mesh]
+[responder]
+listen = \"198.18.0.1:7000\"",
+        )
+        .unwrap();
+        assert_eq!(s.responder_listen, Some("198.18.0.1:7000".parse().unwrap()));
+        let s = parse(
+            "[mesh]
+[responder]
+enabled = false
+listen = \"198.18.0.1\"",
+        )
+        .unwrap();
+        assert_eq!(s.responder_listen, None);
+        assert_eq!(
+            parse("").unwrap().responder_listen,
+            None,
+            "not in fleet mode"
+        );
+    }
+
     /// The bad-input table of the closing note: one line, key and file:line.
     #[test]
     fn bad_files_name_key_and_position() {
@@ -386,6 +486,18 @@ mode = "persistent"
             ("[probes]\ngroups = [\"qp\"]", ":1:2: probes: `[probes]` was renamed `[hooks]`"),
             ("listen = \"127.0.0.1:9\"\nprobes.strict = true", ":2:1: probes: `[probes]` was renamed `[hooks]`"),
             ("probes = { strict = \"yes\" }", ":1:1: probes: `[probes]` was renamed `[hooks]`"),
+            ("[mesh]\ninterval_seconds = 0", ":2:20: mesh.interval_seconds: 0 is not a number of seconds between 0.01 and 3600"),
+            ("[mesh]\nmax_targets = 0", ":2:15: mesh.max_targets: 0 is not between 1 and 100000"),
+            ("[mesh]\ntarget_labels = [\"rack\", \"to-r\"]", ":2:17: mesh.target_labels: \"to-r\" is not a label name"),
+            ("[mesh]\ntarget_labels = [\"target\"]", ":2:17: mesh.target_labels: \"target\" is every mesh metric's own label"),
+            ("[mesh]\ntarget_labels = [\"__x\"]", ":2:17: mesh.target_labels: \"__x\": names starting with __ are reserved"),
+            ("[mesh]\ntargets_file = \"/etc/t.txt\"", ":2:16: mesh.targets_file: \"/etc/t.txt\": the extension tells the format: .json, .yml or .yaml"),
+            ("[mesh]\nlisten = \"nowhere\"", ":2:10: mesh.listen: \"nowhere\" is not an IP address or ADDR:PORT"),
+            ("[mesh]\nsource = \"host\"", ":2:10: mesh.source: \"host\" is not an IP address"),
+            ("[mesh]\nintervals = 1", ":2:1: mesh.intervals: unknown field `intervals`"),
+            ("[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\nmode = \"ud\"", ":4:8: targets[0].mode: \"ud\" targets are probed by the mesh: needs [mesh] (or --mesh)"),
+            ("[mesh]\n[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\nmode = \"ud\"\npings = 3", ":6:9: targets[0].pings: not used by mode = \"ud\" (the [mesh] settings apply)"),
+            ("[mesh]\n[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\nmode = \"ud\"\ndevice = \"rxe0\"", ":5:8: targets[0].mode: device is not used by mode = \"ud\""),
         ];
         for (text, expected) in cases {
             let message = err(text);

@@ -18,8 +18,8 @@ pub enum Range {
     Integer { min: i64, max: i64 },
     /// A power of two, `min..=max`.
     PowerOfTwo { min: i64, max: i64 },
-    /// A number of seconds, above 0 and at most `max`.
-    Seconds { max: f64 },
+    /// A number of seconds, above 0, at least `min` and at most `max`.
+    Seconds { min: f64, max: f64 },
     /// A fraction, `0 <= v < 1`.
     Fraction,
 }
@@ -27,7 +27,7 @@ pub enum Range {
 /// A bounded number: where it is set and what it may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
-    /// The file's section: `hooks`, `limits`, or `targets` (a key of each
+    /// The file's section: `hooks`, `limits`, `mesh`, or `targets` (a key of each
     /// `[[targets]]`, named `targets[N].key` in errors).
     pub section: &'static str,
     /// The key in that section.
@@ -59,7 +59,7 @@ pub const MODULE_POLL_INTERVAL: Limit = Limit {
     section: "hooks",
     key: "module_poll_interval_seconds",
     flag: Some("--module-poll-interval"),
-    range: Range::Seconds { max: DAY },
+    range: Range::Seconds { min: 0.0, max: DAY },
     unit: "seconds",
 };
 
@@ -94,7 +94,7 @@ pub const TARGET_INTERVAL: Limit = Limit {
     section: "targets",
     key: "interval_seconds",
     flag: Some("--probe-interval"),
-    range: Range::Seconds { max: DAY },
+    range: Range::Seconds { min: 0.0, max: DAY },
     unit: "seconds",
 };
 
@@ -121,7 +121,7 @@ pub const TARGET_TIMEOUT: Limit = Limit {
     section: "targets",
     key: "timeout_seconds",
     flag: Some("--probe-timeout"),
-    range: Range::Seconds { max: DAY },
+    range: Range::Seconds { min: 0.0, max: DAY },
     unit: "seconds",
 };
 
@@ -137,8 +137,56 @@ pub const TARGET_MESSAGE_SIZE: Limit = Limit {
     unit: "bytes",
 };
 
+/// The longest mesh interval or check period: an hour.
+const HOUR: f64 = 3_600.0;
+
+pub const MESH_INTERVAL: Limit = Limit {
+    section: "mesh",
+    key: "interval_seconds",
+    flag: Some("--mesh-interval"),
+    // 100 probes/s per target at most
+    range: Range::Seconds {
+        min: 0.01,
+        max: HOUR,
+    },
+    unit: "seconds",
+};
+
+pub const MESH_TIMEOUT: Limit = Limit {
+    section: "mesh",
+    key: "timeout_seconds",
+    flag: Some("--mesh-timeout"),
+    range: Range::Seconds {
+        min: 0.001,
+        max: 60.0,
+    },
+    unit: "seconds",
+};
+
+pub const MESH_TARGETS_FILE_CHECK: Limit = Limit {
+    section: "mesh",
+    key: "targets_file_check_seconds",
+    flag: Some("--mesh-targets-file-check"),
+    range: Range::Seconds {
+        min: 0.1,
+        max: HOUR,
+    },
+    unit: "seconds",
+};
+
+pub const MESH_MAX_TARGETS: Limit = Limit {
+    section: "mesh",
+    key: "max_targets",
+    flag: Some("--mesh-max-targets"),
+    range: Range::Integer {
+        min: 1,
+        max: 100_000,
+    },
+    unit: "targets",
+};
+
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 10] = [
+pub const LIMITS: [Limit; 14] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
     MAX_TRACKED_QPS,
@@ -149,6 +197,10 @@ pub const LIMITS: [Limit; 10] = [
     TARGET_PINGS,
     TARGET_TIMEOUT,
     TARGET_MESSAGE_SIZE,
+    MESH_INTERVAL,
+    MESH_TIMEOUT,
+    MESH_TARGETS_FILE_CHECK,
+    MESH_MAX_TARGETS,
 ];
 
 impl Limit {
@@ -181,11 +233,15 @@ impl Limit {
 
     /// A duration within a [`Range::Seconds`] row.
     pub fn seconds(&self, value: f64) -> Result<Duration, String> {
-        let Range::Seconds { max } = self.range else {
+        let Range::Seconds { min, max } = self.range else {
             unreachable!("{} is not in seconds", self.key)
         };
-        if value.is_finite() && value > 0.0 && value <= max {
+        if value.is_finite() && value > 0.0 && value >= min && value <= max {
             Ok(Duration::from_secs_f64(value))
+        } else if min > 0.0 {
+            Err(format!(
+                "{value} is not a number of seconds between {min} and {max}"
+            ))
         } else {
             Err(format!(
                 "{value} is not a positive number of seconds (at most {max})"
@@ -209,7 +265,10 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::config::{settings::Target, Settings};
+    use crate::service::config::{
+        settings::{MeshSettings, Target},
+        Settings,
+    };
 
     #[test]
     fn rows_are_well_formed() {
@@ -219,7 +278,7 @@ mod tests {
                 Range::PowerOfTwo { min, max } => {
                     assert!(min <= max && min.count_ones() == 1 && max.count_ones() == 1)
                 }
-                Range::Seconds { max } => assert!(max > 0.0, "{limit:?}"),
+                Range::Seconds { min, max } => assert!(0.0 <= min && min < max, "{limit:?}"),
                 Range::Fraction => {}
             }
             if let Some(flag) = limit.flag {
@@ -235,6 +294,7 @@ mod tests {
     fn defaults_are_within_the_limits() {
         let s = Settings::default();
         let t = Target::defaults(String::new(), s.listen);
+        let m = MeshSettings::default();
         for (limit, value) in [
             (RING_BUFFER_BYTES, i64::from(s.ring_buffer_bytes)),
             (MAX_TRACKED_QPS, s.limits.max_tracked_qps as i64),
@@ -242,6 +302,7 @@ mod tests {
             (MAX_PROCESS_LABELS, s.limits.max_process_labels as i64),
             (TARGET_PINGS, i64::from(t.pings)),
             (TARGET_MESSAGE_SIZE, t.message_size as i64),
+            (MESH_MAX_TARGETS, m.max_targets as i64),
         ] {
             assert_eq!(limit.integer(value), Ok(value), "{limit:?}");
         }
@@ -249,6 +310,9 @@ mod tests {
             (MODULE_POLL_INTERVAL, s.module_poll_interval),
             (TARGET_INTERVAL, t.interval),
             (TARGET_TIMEOUT, t.timeout),
+            (MESH_INTERVAL, m.interval),
+            (MESH_TIMEOUT, m.timeout),
+            (MESH_TARGETS_FILE_CHECK, m.targets_file_check),
         ] {
             assert_eq!(limit.seconds(value.as_secs_f64()), Ok(value), "{limit:?}");
         }
@@ -278,6 +342,11 @@ mod tests {
             TARGET_INTERVAL.seconds(f64::NAN),
             Err("NaN is not a positive number of seconds (at most 86400)".into())
         );
+        assert_eq!(
+            MESH_INTERVAL.seconds(0.001),
+            Err("0.001 is not a number of seconds between 0.01 and 3600".into())
+        );
+        assert!(MESH_INTERVAL.seconds(0.1).is_ok());
         assert_eq!(
             TARGET_JITTER.fraction(1.0),
             Err("1 is not in [0, 1)".into())

@@ -28,12 +28,14 @@ pub use cli::{
 pub use error::{ConfigError, Origin};
 pub use file::{parse_file, read_file, MAX_CONFIG_BYTES};
 pub use rules::{check_buckets, parse_target_address};
-pub use settings::{Settings, Target};
+pub use settings::{MeshSettings, Settings, Target};
 
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9721";
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 pub const DEFAULT_PROBE_PORT: u16 = rdma_probe::DEFAULT_PORT;
+/// The RC and UD responders' address in fleet mode, when not configured.
+pub const DEFAULT_FLEET_LISTEN: &str = "0.0.0.0:9723";
 
 /// Reads the file named by `--config` (it must exist) or the default one (if
 /// it exists), then applies the flags.

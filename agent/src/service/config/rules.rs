@@ -2,7 +2,10 @@
 //! [`super::limits`]): the same function for a key of the file and for its
 //! flag, so both give the same message.
 
-use std::net::{IpAddr, SocketAddr};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
 
 use super::DEFAULT_PROBE_PORT;
 use crate::kernel::hooks::Group;
@@ -25,6 +28,64 @@ pub fn parse_target_address(s: &str) -> Result<SocketAddr, String> {
 /// A target's `source`: an IP address.
 pub(super) fn check_source(s: &str) -> Result<IpAddr, String> {
     s.parse().map_err(|_| format!("{s:?} is not an IP address"))
+}
+
+/// `mesh.listen`: `ADDR[:PORT]`, or `""` for no UD responder.
+pub(super) fn check_mesh_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    parse_target_address(s).map(Some)
+}
+
+/// The most target labels `mesh.target_labels` may name.
+pub const MAX_TARGET_LABELS: usize = 8;
+
+/// `mesh.target_labels`: Prometheus label names, not `target` (every mesh
+/// metric has it), none reserved (`__*`), no duplicates.
+pub(super) fn check_target_labels(names: &[String]) -> Result<Vec<String>, String> {
+    if names.len() > MAX_TARGET_LABELS {
+        return Err(format!(
+            "{} labels: at most {MAX_TARGET_LABELS}",
+            names.len()
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "{name:?} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)"
+            ));
+        }
+        if name.starts_with("__") {
+            return Err(format!("{name:?}: names starting with __ are reserved"));
+        }
+        if name == "target" {
+            return Err("\"target\" is every mesh metric's own label".to_owned());
+        }
+        if names[..i].contains(name) {
+            return Err(format!("{name:?} is named twice"));
+        }
+    }
+    Ok(names.to_vec())
+}
+
+/// `mesh.targets_file`: a path whose extension tells the format.
+pub(super) fn check_targets_file(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    let path = PathBuf::from(s);
+    if crate::service::targets_file::Format::of(&path).is_none() {
+        return Err(format!(
+            "{s:?}: the extension tells the format: .json, .yml or .yaml"
+        ));
+    }
+    Ok(path)
 }
 
 /// Hook groups by name, at least one.
@@ -111,5 +172,38 @@ mod tests {
             "[fe80::1]:9".parse().unwrap()
         );
         assert!(parse_target_address("host:1").is_err());
+    }
+
+    #[test]
+    fn target_labels() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_target_labels(&names(&["rack", "tor", "_x1"])).is_ok());
+        for (bad, message) in [
+            (names(&["1rack"]), "is not a label name"),
+            (names(&["ra-ck"]), "is not a label name"),
+            (names(&[""]), "is not a label name"),
+            (names(&["__meta"]), "reserved"),
+            (names(&["target"]), "own label"),
+            (names(&["rack", "rack"]), "named twice"),
+            (
+                names(&["a", "b", "c", "d", "e", "f", "g", "h", "i"]),
+                "at most 8",
+            ),
+        ] {
+            let e = check_target_labels(&bad).unwrap_err();
+            assert!(e.contains(message), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn targets_file_extension() {
+        assert!(check_targets_file("/etc/qpwatch/targets.json").is_ok());
+        assert!(check_targets_file("t.YAML").is_ok());
+        assert!(check_targets_file("t.yml").is_ok());
+        assert!(check_targets_file("t.txt")
+            .unwrap_err()
+            .contains(".json, .yml or .yaml"));
+        assert!(check_targets_file("").is_err());
+        assert_eq!(check_mesh_listen(""), Ok(None));
     }
 }

@@ -26,7 +26,13 @@ fn bad_values(limit: &Limit) -> Vec<String> {
             (-min).to_string(),
             "0".into(),
         ],
-        Range::Seconds { max } => vec!["0".into(), "-1".into(), (max + 1.0).to_string()],
+        Range::Seconds { min, max } => {
+            let mut values = vec!["0".into(), "-1".into(), (max + 1.0).to_string()];
+            if min > 0.0 {
+                values.push((min / 2.0).to_string());
+            }
+            values
+        }
         Range::Fraction => vec!["1".into(), "-0.5".into()],
     }
 }
@@ -93,7 +99,8 @@ fn limit_messages_name_the_value_and_the_range() {
             Range::Integer { min, max } | Range::PowerOfTwo { min, max } => {
                 vec![min.to_string(), max.to_string()]
             }
-            Range::Seconds { max } => vec![max.to_string()],
+            Range::Seconds { min, max } if min > 0.0 => vec![min.to_string(), max.to_string()],
+            Range::Seconds { max, .. } => vec![max.to_string()],
             Range::Fraction => vec!["[0, 1)".to_owned()],
         };
         assert!(message.starts_with(&bad_values(&limit)[0]), "{message}");
@@ -170,6 +177,30 @@ fn file_and_flags_share_the_other_rules() {
             "targets[1].name",
             &["--target", "a=198.18.0.1", "--target", "a=198.18.0.2"],
             "--target",
+        ),
+        (
+            "[mesh]\ntarget_labels = [\"rack\", \"__x\"]",
+            "mesh.target_labels",
+            &["--mesh-target-label", "rack", "--mesh-target-label", "__x"],
+            "--mesh-target-label",
+        ),
+        (
+            "[mesh]\ntargets_file = \"t.txt\"",
+            "mesh.targets_file",
+            &["--mesh-targets-file", "t.txt"],
+            "--mesh-targets-file",
+        ),
+        (
+            "[mesh]\nlisten = \"nowhere\"",
+            "mesh.listen",
+            &["--mesh-listen", "nowhere"],
+            "--mesh-listen",
+        ),
+        (
+            "[mesh]\nsource = \"nowhere\"",
+            "mesh.source",
+            &["--mesh-source", "nowhere"],
+            "--mesh-source",
         ),
     ];
     for (text, key, flags, flag) in cases {

@@ -1,10 +1,14 @@
 //! What the daemon runs with, and the defaults.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use super::{
     cli::{LogFormat, ProbeModeSetting},
-    DEFAULT_LISTEN, DEFAULT_RING_BUFFER_BYTES,
+    DEFAULT_FLEET_LISTEN, DEFAULT_LISTEN, DEFAULT_RING_BUFFER_BYTES,
 };
 use crate::{
     export::metrics::Buckets, kernel::hooks::Group, kernel::offsets::DEFAULT_BTF_DIR,
@@ -16,7 +20,7 @@ use crate::{
 pub struct Target {
     pub name: String,
     pub address: SocketAddr,
-    pub source: Option<std::net::IpAddr>,
+    pub source: Option<IpAddr>,
     pub device: Option<String>,
     pub interval: Duration,
     /// Fraction of the interval by which each wait is randomly shortened or lengthened.
@@ -45,7 +49,44 @@ pub struct Settings {
     pub limits: Limits,
     pub buckets: Buckets,
     pub responder_listen: Option<SocketAddr>,
+    /// `[responder]` or `--responder-listen` was given (else fleet mode
+    /// defaults the responder to [`DEFAULT_FLEET_LISTEN`]).
+    pub responder_configured: bool,
     pub targets: Vec<Target>,
+    /// `[mesh]`: fleet mode.
+    pub mesh: Option<MeshSettings>,
+}
+
+/// Fleet mode: the UD probe mesh, its targets and its responder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshSettings {
+    /// The UD responder; `None`: answer no one (`listen = ""`).
+    pub listen: Option<SocketAddr>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Prometheus file_sd targets, JSON or YAML by extension.
+    pub targets_file: Option<PathBuf>,
+    pub targets_file_check: Duration,
+    /// file_sd labels carried onto the mesh metrics (fixed at start).
+    pub target_labels: Vec<String>,
+    pub max_targets: usize,
+    /// Local address to probe from.
+    pub source: Option<IpAddr>,
+}
+
+impl Default for MeshSettings {
+    fn default() -> Self {
+        Self {
+            listen: Some(DEFAULT_FLEET_LISTEN.parse().expect("valid")),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            targets_file: None,
+            targets_file_check: Duration::from_secs(5),
+            target_labels: Vec::new(),
+            max_targets: 2000,
+            source: None,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -65,7 +106,9 @@ impl Default for Settings {
             limits: Limits::default(),
             buckets: Buckets::default(),
             responder_listen: None,
+            responder_configured: false,
             targets: Vec::new(),
+            mesh: None,
         }
     }
 }
