@@ -103,8 +103,8 @@ FLEET_PORTS=()
 #   fleet_switch link N up|down    ip link set PORT up|down
 #   fleet_switch stats N           tc -s qdisc and ip -s link of the port
 #   fleet_switch reset 0           every port: no qdisc, link up
-# Faults outlive the request: a scenario that sets one clears it
-# (on_exit "fleet_switch reset 0").
+# Faults outlive the request, not the scenario: after a scenario that used
+# the switch (pass, fail or time limit), fleet-guest.sh on h1 asks for reset.
 
 FLEET_SWITCH_SEQ=0
 
@@ -113,6 +113,7 @@ fleet_switch() {
   local dir=$FLEET_ROOT/switch id ack why start=$SECONDS
   [ "$FLEET_HOSTS" -ge 3 ] || [ -e "$FLEET_ROOT/up.switch" ] || fail "fleet_switch: no switch guest (--hosts 3 or --switch)"
   mkdir -p "$dir"
+  touch "$FLEET_OUT/switch-used" # fleet-guest.sh resets the switch after the scenario
   FLEET_SWITCH_SEQ=$((FLEET_SWITCH_SEQ + 1))
   id=h$HOST_INDEX.$$.$FLEET_SWITCH_SEQ
   ack=$dir/$id.ack

@@ -25,7 +25,6 @@ h2=$(fleet_host_addr 2) h3=$(fleet_host_addr 3)
 WINDOW=30
 start_mesh_agent
 mesh_wait_answering 120
-[ "$HOST_INDEX" = 1 ] && on_exit "fleet_switch reset 0 >/dev/null"
 fleet_barrier answering
 
 # lat_client NAME: ib_send_lat h1 -> h3; t_typical (us) on stdout.

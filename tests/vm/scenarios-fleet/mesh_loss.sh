@@ -22,7 +22,6 @@ start_mesh_agent
 mesh_wait_answering 120
 if [ "$HOST_INDEX" = 1 ]; then
   expect_prom "Prometheus: up" 'up{job="qpwatch"}' "$(fleet_agent_targets | sed 's/$/=1/' | sort | paste -sd' ')" 180
-  on_exit "fleet_switch reset 0 >/dev/null"
 fi
 fleet_barrier answering
 

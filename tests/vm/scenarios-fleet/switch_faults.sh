@@ -14,7 +14,6 @@
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts (and the switch)"
 h2=$(fleet_host_addr 2) h3=$(fleet_host_addr 3)
 N=2000
-[ "$HOST_INDEX" = 1 ] && on_exit "fleet_switch reset 0 >/dev/null"
 
 noports() { awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "NoPorts") c = i; h = 1 } else print $c }' /proc/net/snmp; }
 send_udp() { # COUNT ADDR...
