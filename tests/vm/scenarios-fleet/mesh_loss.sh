@@ -7,7 +7,7 @@
 #               agent between scrapes before and after the 60 s, the probes
 #               in flight settled) 5% +- 2%; to h3 exactly 0; the switch's
 #               own drop count logged beside it
-#   h3          its probes to h2 lose too (same port): 5% +- 2%; to h1: 0
+#   h3          its probes to h2 lose too (same port; logged); to h1: 0
 #   h2          its probes' answers cross the lossy port: loss to h1 and h3
 #               also about 5% (logged, not asserted)
 #   h1          Prometheus: QpwatchMeshPathLoss fires for (instance h1,
@@ -53,14 +53,18 @@ loss_pct() {
 }
 within_5pct() { awk -v p="$1" 'BEGIN { exit !(p >= 3 && p <= 7) }'; }
 case $HOST_INDEX in
-  1 | 3)
+  1)
     p=$(loss_pct "$h2")
-    echo "mesh_loss_pct h$HOST_INDEX->h2 $p" >>"$FLEET_OUT/figures.txt"
-    within_5pct "$p" || fail "h$HOST_INDEX -> h2: $p% lost, expected 5% +- 2%"
-    log "ok: h$HOST_INDEX -> h2 loss $p%"
-    other=$h3
-    [ "$HOST_INDEX" = 3 ] && other=$h1
-    mesh_expect_no_loss "$before" "$settled" "$other"
+    echo "mesh_loss_pct h1->h2 $p" >>"$FLEET_OUT/figures.txt"
+    within_5pct "$p" || fail "h1 -> h2: $p% lost, expected 5% +- 2%"
+    log "ok: h1 -> h2 loss $p%"
+    mesh_expect_no_loss "$before" "$settled" "$h3"
+    ;;
+  3)
+    # the same port: logged only (600 probes: one standard deviation is
+    # 0.9%, so each asserted path fails about 3% of runs by chance)
+    echo "mesh_loss_pct h3->h2 $(loss_pct "$h2")" >>"$FLEET_OUT/figures.txt"
+    mesh_expect_no_loss "$before" "$settled" "$h1"
     ;;
   2)
     echo "mesh_loss_pct h2->h1 $(loss_pct "$h1") h2->h3 $(loss_pct "$h3") (answers through the lossy port)" >>"$FLEET_OUT/figures.txt"
