@@ -711,9 +711,181 @@ def probe_target():
     )
 
 
+# --------------------------------------------------------------------------
+# fleet mode: the UD probe mesh
+
+
+def matrix(title, expr, unit, description, thresholds):
+    """A source instance x target table of one instant value per path
+    (Grafana's groupingToMatrix transformation), cells coloured by value."""
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "custom": {"align": "auto", "cellOptions": {"type": "color-background"}},
+                "thresholds": {"mode": "absolute", "steps": thresholds},
+            },
+            "overrides": [],
+        },
+        "options": {"showHeader": True, "cellHeight": "sm"},
+        "transformations": [
+            {"id": "groupingToMatrix", "options": {"rowField": "instance", "columnField": "target", "valueField": "Value", "emptyValue": "null"}},
+        ],
+        "targets": [q(expr, "", instant=True, fmt="table")],
+    }
+
+
+def mesh():
+    t = SEL + ', target=~"$target"'
+    loss_by = lambda by, sel, w: (  # noqa: E731
+        "sum by (%s) (rate(qpwatch_mesh_probes_lost_total{%s}[%s])) / (sum by (%s) (rate(qpwatch_mesh_probes_sent_total{%s}[%s])) > 0)"
+        % (by, sel, w, by, sel, w)
+    )
+    rtt_by = lambda qv, by, sel, w: (  # noqa: E731
+        "histogram_quantile(%g, sum by (le, %s) (rate(qpwatch_mesh_probe_rtt_seconds_bucket{%s}[%s])))" % (qv, by, sel, w)
+    )
+    loss_steps = [{"color": "green", "value": None}, {"color": "orange", "value": 0.001}, {"color": "red", "value": 0.01}]
+    b = Board()
+    b.row("Paths: source instance x target")
+    b.add(matrix(
+        "Loss ratio by path (time range)",
+        loss_by("instance, target", t, "$__range"),
+        "percentunit",
+        "Share of the UD probes from each agent (rows) to each target (columns) that got no answer within the timeout, over the dashboard's time range. A column of losses: the target or its link; a row: the source.",
+        loss_steps,
+    ), w=12, h=9)
+    b.add(matrix(
+        "Median RTT by path (time range)",
+        rtt_by(0.5, "instance, target", t, "$__range"),
+        "s",
+        "Median round-trip time of the UD probes from each agent (rows) to each target (columns) over the dashboard's time range.",
+        [{"color": "green", "value": None}],
+    ), w=12, h=9)
+    b.add(timeseries(
+        "Loss ratio by path",
+        [q(loss_by("instance, target", t, RI), "{{instance}} -> {{target}}")],
+        "percentunit",
+        "Lost / sent UD probes per path (rule: instance_target:qpwatch_mesh_probes_lost:ratio_rate1m; alert QpwatchMeshPathLoss above 1% for 1m).",
+    ), w=12)
+    b.add(timeseries(
+        "Median RTT by path",
+        [q(rtt_by(0.5, "instance, target", t, RI), "{{instance}} -> {{target}}")],
+        "s",
+        "Median UD probe round-trip time per path (alert QpwatchMeshPathRttHigh: the 5m median above twice the path's 1h median for 10m).",
+    ), w=12)
+    b.row("Worst paths")
+    b.add(timeseries(
+        "Top 10 paths by loss ratio",
+        [q("topk(10, %s)" % loss_by("instance, target", t, RI), "{{instance}} -> {{target}}")],
+        "percentunit",
+        "The ten paths with the highest share of lost probes.",
+    ), w=12)
+    b.add(timeseries(
+        "Top 10 paths by p99 RTT",
+        [q("topk(10, %s)" % rtt_by(0.99, "instance, target", t, RI), "{{instance}} -> {{target}}")],
+        "s",
+        "The ten paths with the highest p99 UD probe round-trip time.",
+    ), w=12)
+    b.row("Target racks and ToRs (the targets file's labels)")
+    b.add(timeseries(
+        "Loss ratio by target rack",
+        [q(loss_by("rack", t, RI), "rack {{rack}}")],
+        "percentunit",
+        "Lost / sent probes of every source to the targets of each rack (label rack of the targets file; rule job_rack:qpwatch_mesh_probes_lost:ratio_rate1m).",
+    ), w=12)
+    b.add(timeseries(
+        "Loss ratio by target ToR",
+        [q(loss_by("tor", t, RI), "tor {{tor}}")],
+        "percentunit",
+        "Lost / sent probes of every source to the targets behind each ToR (label tor; rule job_tor:qpwatch_mesh_probes_lost:ratio_rate1m).",
+    ), w=12)
+    b.add(timeseries(
+        "Median RTT by target rack",
+        [q(rtt_by(0.5, "rack", t, RI), "rack {{rack}}")],
+        "s",
+        "Median probe round-trip time to the targets of each rack, every source together.",
+    ), w=12)
+    b.add(timeseries(
+        "Median RTT by target ToR",
+        [q(rtt_by(0.5, "tor", t, RI), "tor {{tor}}")],
+        "s",
+        "Median probe round-trip time to the targets behind each ToR, every source together.",
+    ), w=12)
+    b.row("Probes, targets and responders")
+    b.add(timeseries(
+        "Probes by agent",
+        [
+            q("sum by (instance) (rate(qpwatch_mesh_probes_sent_total{%s}[%s]))" % (t, RI), "{{instance}} sent"),
+            q("sum by (instance) (rate(qpwatch_mesh_probes_answered_total{%s}[%s]))" % (t, RI), "{{instance}} answered"),
+            q("sum by (instance) (rate(qpwatch_mesh_probes_lost_total{%s}[%s]))" % (t, RI), "{{instance}} lost"),
+        ],
+        "ops",
+        "UD probes sent, answered and lost per second by each agent, all its targets together.",
+    ), w=12)
+    b.add(timeseries(
+        "Targets by agent",
+        [
+            q("sum by (instance, source) (qpwatch_mesh_targets{%s})" % SEL, "{{instance}} {{source}}"),
+            q("sum by (instance) (1 - qpwatch_mesh_target_resolved{%s})" % SEL, "{{instance}} unresolved"),
+        ],
+        "short",
+        "Targets each agent probes (from the configuration or the targets file) and those it has no address handle for (alert QpwatchMeshTargetUnresolved).",
+    ), w=12)
+    b.add(timeseries(
+        "Target resolution failures",
+        [q("sum by (instance, reason) (rate(qpwatch_mesh_resolve_failures_total{%s}[%s]))" % (SEL, RI), "{{instance}} {{reason}}")],
+        "ops",
+        "Failed resolutions of a target (rdma_cm address, route or SIDR) per second by reason: addr_error, route_error, unreachable, rejected, timeout, error. They are retried.",
+    ), w=12)
+    b.add(timeseries(
+        "Targets file",
+        [
+            q("min by (instance) (qpwatch_mesh_targets_file_ok{%s})" % SEL, "{{instance}} last read ok"),
+            q("sum by (instance, result) (increase(qpwatch_mesh_targets_file_reloads_total{%s}[%s]))" % (SEL, RI), "{{instance}} reloads {{result}}"),
+        ],
+        "short",
+        "1 if the last read of the targets file was good (alert QpwatchMeshTargetsFileBad); reloads by result. A bad file keeps the last good list.",
+    ), w=12)
+    b.add(timeseries(
+        "Responder answers",
+        [q("sum by (instance, device) (rate(qpwatch_mesh_responses_total{%s}[%s]))" % (SEL, RI), "{{instance}} {{device}}")],
+        "ops",
+        "UD probes from peers each agent answered per second, by device: every agent in fleet mode is a responder.",
+    ), w=12)
+    b.add(timeseries(
+        "Dropped messages",
+        [q("sum by (instance, reason) (rate(qpwatch_mesh_messages_dropped_total{%s}[%s]))" % (SEL, RI), "{{instance}} {{reason}}")],
+        "ops",
+        "UD messages the mesh dropped per second by reason: malformed, unknown_answer (late, after its probe's timeout, or duplicated), no_return_path, send_queue_full.",
+    ), w=12)
+    b.add(timeseries(
+        "Mesh UD QPs",
+        [
+            q("sum by (instance) (qpwatch_mesh_qps{%s})" % SEL, "{{instance}} UD QPs"),
+            q('sum by (instance) (increase(qpwatch_probe_qps_unseen_total{%s, target="mesh"}[%s]))' % (SEL, RI), "{{instance}} unseen by eBPF"),
+        ],
+        "short",
+        "UD QPs the mesh holds (one per local RDMA device, whatever the number of targets) and those whose creation the eBPF path did not see.",
+    ), w=12)
+    return dashboard(
+        "qpwatch-mesh",
+        "qpwatch mesh",
+        "Fleet mode: loss and RTT of the UD probe mesh between qpwatch agents, per path (source instance x target), per target rack and ToR, with the worst paths.",
+        b.finish(),
+        COMMON_VARS
+        + [var_query("target", "Target", 'label_values(qpwatch_mesh_probes_sent_total{job=~"$job", instance=~"$instance"}, target)')],
+        links=[{"title": "qpwatch overview", "type": "link", "url": "/d/qpwatch-overview/qpwatch-overview", "icon": "dashboard", "includeVars": True, "keepTime": True}],
+    )
+
+
 FILES = {
     "qpwatch-overview.json": overview,
     "qpwatch-probe-target.json": probe_target,
+    "qpwatch-mesh.json": mesh,
 }
 
 

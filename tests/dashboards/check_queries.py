@@ -5,7 +5,7 @@ live Prometheus, and fails unless each one returns data.
     check_queries.py --prometheus http://127.0.0.1:9090 --rules dashboards/rules.yml \
         [--var NAME=VALUE ...] [--builtin NAME=VALUE ...] \
         [--expect-alert 'NAME{label="value",...}' ...] [--expect-no-alert 'NAME{...}' ...] \
-        [--wait SECONDS] dashboards/*.json
+        [--rule-groups REGEX] [--wait SECONDS] dashboards/*.json
 
 What is checked (dashboards/README.md, "Validation", says the same):
 
@@ -24,7 +24,9 @@ What is checked (dashboards/README.md, "Validation", says the same):
   not count: a quantile over a window without observations is NaN). Panels
   repeated over a variable run once per value.
 * Rules: read from the server (/api/v1/rules, so the file really loaded), and
-  compared with the `- record:` / `- alert:` entries of --rules. Every rule
+  compared with the `- record:` / `- alert:` entries of --rules (only the
+  groups whose name matches --rule-groups, if given: the single-host bed
+  checks qpwatch.rules and qpwatch.alerts, the fleet the mesh groups). Every rule
   must have health "ok" and no lastError.
   - recording rule: its expr must return finite data, and so must the series
     it recorded (the name with the rule's labels).
@@ -344,17 +346,30 @@ def check_dashboard(path, prom, report, overrides, builtins):
                    err or ("" if finite else "no finite value"))
 
 
-def rule_entries(path):
+def rule_entries(path, groups=None):
+    """[(alert|record, name)] of the file, of the groups whose name matches
+    the regex `groups` (all if None)."""
+    entries, group = [], None
     with open(path, encoding="utf-8") as f:
-        return sorted(re.findall(r"^\s*-\s*(alert|record):\s*['\"]?([\w:]+)", f.read(), re.M))
+        for line in f:
+            m = re.match(r"^\s*-\s*name:\s*['\"]?([\w.:-]+)", line)
+            if m:
+                group = m.group(1)
+                continue
+            m = re.match(r"^\s*-\s*(alert|record):\s*['\"]?([\w:]+)", line)
+            if m and (groups is None or re.fullmatch(groups, group or "")):
+                entries.append((m.group(1), m.group(2)))
+    return sorted(entries)
 
 
-def wait_for_rules(prom, expected, timeout):
-    """Rules from /api/v1/rules once every rule was evaluated (or timeout)."""
+def wait_for_rules(prom, expected, timeout, groups=None):
+    """Rules from /api/v1/rules (of the groups matching the regex `groups`)
+    once every rule was evaluated (or timeout)."""
     deadline = time.time() + timeout
     while True:
         body = prom.get("/api/v1/rules", {})
-        rules = [r for g in body.get("data", {}).get("groups", []) for r in g["rules"]]
+        rules = [r for g in body.get("data", {}).get("groups", [])
+                 if groups is None or re.fullmatch(groups, g["name"]) for r in g["rules"]]
         evaluated = all(r.get("health") != "unknown" for r in rules)
         if len(rules) >= len(expected) and evaluated:
             return rules
@@ -369,9 +384,9 @@ def selector_with_labels(name, labels):
     return name + "{" + ",".join('%s="%s"' % (k, v.replace("\\", "\\\\").replace('"', '\\"')) for k, v in sorted(labels.items())) + "}"
 
 
-def check_rules(path, prom, report, timeout):
-    expected = rule_entries(path)
-    rules = wait_for_rules(prom, expected, timeout)
+def check_rules(path, prom, report, timeout, groups=None):
+    expected = rule_entries(path, groups)
+    rules = wait_for_rules(prom, expected, timeout, groups)
     loaded = sorted(("alert" if r["type"] == "alerting" else "record", r["name"]) for r in rules)
     ok = loaded == expected
     report.add("rules", "loaded by Prometheus", path, len(loaded), "-", ok,
@@ -458,6 +473,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prometheus", default="http://127.0.0.1:9090")
     ap.add_argument("--rules", action="append", default=[])
+    ap.add_argument("--rule-groups", metavar="REGEX",
+                    help="check only the rule groups whose name matches REGEX (all of them must load)")
     ap.add_argument("--var", action="append", default=[], help="[DASHBOARD_UID:]NAME=VALUE[,VALUE]: select these values")
     ap.add_argument("--builtin", action="append", default=[], help="NAME=VALUE, e.g. __rate_interval=1m")
     ap.add_argument("--expect-alert", action="append", default=[])
@@ -488,7 +505,7 @@ def main():
         for path in args.dashboards:
             check_dashboard(path, prom, report, overrides, builtins)
         for path in args.rules:
-            check_rules(path, prom, report, args.rules_timeout)
+            check_rules(path, prom, report, args.rules_timeout, args.rule_groups)
         active = check_alerts(prom, report, args.expect_alert, args.expect_no_alert)
         if not report.failures or time.time() >= deadline:
             break

@@ -88,13 +88,22 @@ def registered_metrics(text):
     return found
 
 
-def agent_metrics(paths):
+# The mesh's per-target families carry `target` and the labels configured in
+# [mesh] target_labels, known only at run time; the shipped rules and the mesh
+# dashboard assume rack and tor (--mesh-target-labels).
+MESH_TARGET_FAMILIES = re.compile(r"^qpwatch_mesh_(probes_\w+_total|probe_rtt_seconds|target_resolved)$")
+
+
+def agent_metrics(paths, mesh_target_labels=()):
     """name -> (kind, set of labels), kind in counter/gauge/histogram."""
     found = {}
     for path in rust_files(paths):
         text = open(path, encoding="utf-8").read()
         found.update(collector_metrics(text))
         found.update(registered_metrics(text))
+    for name, (kind, labels) in found.items():
+        if MESH_TARGET_FAMILIES.match(name):
+            found[name] = (kind, labels | {"target"} | set(mesh_target_labels))
     return found
 
 
@@ -373,9 +382,11 @@ def main():
     ap.add_argument("--metrics", required=True, nargs="+",
                     help="the metric family files or their directory (agent/src/export/metrics)")
     ap.add_argument("--rules", required=True)
+    ap.add_argument("--mesh-target-labels", default="rack,tor",
+                    help="the [mesh] target_labels the rules and dashboards assume (comma-separated)")
     ap.add_argument("dashboards", nargs="+")
     args = ap.parse_args()
-    metrics = agent_metrics(args.metrics)
+    metrics = agent_metrics(args.metrics, [l for l in args.mesh_target_labels.split(",") if l])
     if len(metrics) < 40:
         problem(" ".join(args.metrics), "only %d metrics found: the parser no longer matches the family files" % len(metrics))
     recorded = check_rules(args.rules, metrics)

@@ -42,6 +42,16 @@ class Helpers(unittest.TestCase):
         # the longest name wins: $__range_s is not $__range followed by "_s"
         self.assertEqual(cq.substitute("$__range_s", {"__range": "5m", "__range_s": "300"})[0], "300")
 
+    def test_rule_groups(self):
+        rules = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "dashboards", "rules.yml")
+        everything = cq.rule_entries(rules)
+        single_host = cq.rule_entries(rules, r"qpwatch\.(rules|alerts)")
+        mesh = cq.rule_entries(rules, r"qpwatch\.mesh\..*")
+        self.assertIn(("alert", "QpwatchMeshPathLoss"), mesh)
+        self.assertNotIn(("alert", "QpwatchMeshPathLoss"), single_host)
+        self.assertIn(("alert", "QpwatchAgentDown"), single_host)
+        self.assertEqual(sorted(single_host + mesh), everything)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -6,7 +6,8 @@
 #     panel shows seconds), $__rate_interval windows, every metric name and
 #     label known to agent/src/export/metrics/ (or up / process_* / a recording
 #     rule), alert severities and annotations;
-#   - promtool check rules, promtool test rules (tests/dashboards/rules_test.yml),
+#   - promtool check rules, promtool test rules (tests/dashboards/rules_test.yml
+#     and mesh_rules_test.yml, the fleet mode's rules),
 #     promtool check config on the example Prometheus configuration;
 #   - unit tests of the VM checker's helpers.
 # The expressions themselves run against a real Prometheus and agent in the
@@ -38,6 +39,7 @@ run "lint (datasource, units, metrics, labels, PromQL)" \
   python3 tests/dashboards/lint_dashboards.py --metrics agent/src/export/metrics --rules dashboards/rules.yml "${boards[@]}"
 run "promtool check rules dashboards/rules.yml" promtool check rules dashboards/rules.yml
 run "promtool test rules tests/dashboards/rules_test.yml" promtool test rules tests/dashboards/rules_test.yml
+run "promtool test rules tests/dashboards/mesh_rules_test.yml (fleet mode)" promtool test rules tests/dashboards/mesh_rules_test.yml
 run "promtool check config dashboards/prometheus-example.yml" promtool check config dashboards/prometheus-example.yml
 run "check_queries.py helper unit tests" python3 -m unittest discover -s tests/dashboards -q
 if [ ${#failed[@]} -gt 0 ]; then

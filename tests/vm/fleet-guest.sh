@@ -76,6 +76,10 @@ for scenario in "$@"; do
   echo "fleet $H: $scenario $status (${secs}s)"
   pkill -x qpwatch 2>/dev/null; pkill -x rping 2>/dev/null; pkill -x prometheus 2>/dev/null
   pkill -x ib_send_lat 2>/dev/null
+  # no link fault outlives its scenario (fleet_switch)
+  if [ "$HOST_INDEX" = 1 ] && [ -e "$fleet_out/switch-used" ]; then
+    in_lib "$out" "$fleet_out" 'fleet_switch reset 0 >/dev/null' >>"$out/log" 2>&1 || echo "fleet $H: the switch was not reset after $scenario"
+  fi
   # every host ends the scenario before any starts the next, pass or fail
   FLEET_IGNORE_FAILED=1 in_lib "$out" "$fleet_out" "fleet_barrier end $((SCENARIO_LIMIT + 60))" >>"$out/log" 2>&1 ||
     echo "fleet $H: not every host ended $scenario"

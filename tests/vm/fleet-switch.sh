@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs inside the fleet's switch guest (started by tests/vm/fleet for three
 # hosts or more, or --switch): bridges its PORTS NICs, one per host
-# (fleet_setup_switch), then forwards frames until the host side touches
+# (fleet_setup_switch), then forwards frames and applies the link faults
+# host scenarios request (fleet_switch_serve) until the host side touches
 # $OUT_ROOT/fleet.done (or kills the guest). Its log: $OUT_ROOT/switch.log.
 #
 #   fleet-switch.sh OUT_ROOT PORTS
@@ -21,7 +22,9 @@ if ! OUT=$OUT_ROOT bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; f
 fi
 touch "$OUT_ROOT/up.switch"
 echo "fleet switch: forwarding after $(cut -d' ' -f1 /proc/uptime) s of uptime"
-while [ ! -e "$OUT_ROOT/fleet.done" ]; do sleep 1; done
+# link faults on the hosts' requests (fleet_switch in tests/vm/lib/fleet.sh)
+# shellcheck disable=SC2016 # expanded by the inner shell
+OUT=$OUT_ROOT bash -c 'set -uo pipefail; source "$REPO/tests/vm/lib.sh"; fleet_switch_serve "$1"' _ "$OUT_ROOT" >>"$LOG" 2>&1
 {
   echo "--- bridge forwarding database"
   bridge fdb show br br0 dynamic

@@ -348,6 +348,8 @@ source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
 source "${BASH_SOURCE[0]%/*}/lib/load.sh"
 # shellcheck source=lib/fleet.sh
 source "${BASH_SOURCE[0]%/*}/lib/fleet.sh"
+# shellcheck source=lib/mesh.sh
+source "${BASH_SOURCE[0]%/*}/lib/mesh.sh"
 
 cleanup_scenario() {
   local cmd

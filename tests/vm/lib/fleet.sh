@@ -64,14 +64,17 @@ fleet_setup_host() {
 
 # fleet_setup_switch PORTS: a Linux bridge br0 over the guest's PORTS NICs
 # (MACs fleet_switch_mac 1..PORTS), with no address at all (IPv6 off): a
-# learning switch between the hosts. Per-port faults belong here
-# (tc qdisc add dev <port> root netem ...).
+# learning switch between the hosts. Per-port faults are applied here, on a
+# host scenario's request (fleet_switch, fleet_switch_serve), so sch_netem
+# and tc must be there.
 fleet_setup_switch() {
   local ports=$1 p nic
   ip link set lo up
   sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
   modprobe virtio_net
   modprobe bridge
+  modprobe sch_netem
+  command -v tc >/dev/null || fail "no tc (iproute2) in the switch guest"
   ip link add br0 type bridge stp_state 0
   for ((p = 1; p <= ports; p++)); do
     wait_until 10 fleet_nic_by_mac_is_there "$(fleet_switch_mac "$p")" || { ip -o link show >&2; fail "no switch port $p"; }
@@ -84,6 +87,100 @@ fleet_setup_switch() {
   log "switch: br0 over ${FLEET_PORTS[*]}"
 }
 FLEET_PORTS=()
+
+# --- link faults, applied by the switch guest on a host's request
+#
+# A host scenario calls `fleet_switch ACTION HOST [ARGS...]`: it writes a
+# request file into $FLEET_ROOT/switch/ (atomically: written aside, then
+# renamed), the switch guest (fleet_switch_serve, polling) runs it on its
+# port toward host HOST and answers with an acknowledgement file holding the
+# exit status and the output, which fleet_switch prints (and fails on a
+# non-zero status, or no answer in 60 s). The port toward host N is the
+# switch NIC with MAC fleet_switch_mac N; a root qdisc there delays or drops
+# the frames the switch sends TO host N (requests to N, not N's answers).
+#   fleet_switch netem N ARGS...   tc qdisc replace dev PORT root netem ARGS...
+#   fleet_switch clear N           remove the port's root qdisc (if any)
+#   fleet_switch link N up|down    ip link set PORT up|down
+#   fleet_switch stats N           tc -s qdisc and ip -s link of the port
+#   fleet_switch reset 0           every port: no qdisc, link up
+# Faults outlive the request, not the scenario: after a scenario that used
+# the switch (pass, fail or time limit), fleet-guest.sh on h1 asks for reset.
+
+FLEET_SWITCH_SEQ=0
+
+# fleet_switch ACTION HOST [ARGS...]: see above; prints the switch's output.
+fleet_switch() {
+  local dir=$FLEET_ROOT/switch id ack why start=$SECONDS
+  [ "$FLEET_HOSTS" -ge 3 ] || [ -e "$FLEET_ROOT/up.switch" ] || fail "fleet_switch: no switch guest (--hosts 3 or --switch)"
+  mkdir -p "$dir"
+  touch "$FLEET_OUT/switch-used" # fleet-guest.sh resets the switch after the scenario
+  FLEET_SWITCH_SEQ=$((FLEET_SWITCH_SEQ + 1))
+  id=h$HOST_INDEX.$$.$FLEET_SWITCH_SEQ
+  ack=$dir/$id.ack
+  printf '%s\n' "$*" >"$dir/.$id.tmp"
+  mv "$dir/.$id.tmp" "$dir/$id.req"
+  while [ ! -e "$ack" ]; do
+    [ $((SECONDS - start)) -lt 60 ] || fail "fleet_switch $*: no answer from the switch in 60 s"
+    if [ -s "$FLEET_ROOT/abort" ]; then why=$(head -n1 "$FLEET_ROOT/abort") && fail "fleet_switch $*: run aborted: $why"; fi
+    sleep 0.2
+  done
+  tail -n +2 "$ack"
+  [ "$(head -n1 "$ack")" = 0 ] || fail "fleet_switch $*: exit $(head -n1 "$ack") on the switch"
+  log "switch: $* (answered in $((SECONDS - start)) s)"
+}
+
+# fleet_switch_port N: the switch's NIC toward host N.
+fleet_switch_port() {
+  local nic
+  nic=$(fleet_nic_by_mac "$(fleet_switch_mac "$1")")
+  [ -n "$nic" ] || { echo "no switch port toward host $1" >&2; return 1; }
+  echo "$nic"
+}
+
+# fleet_switch_do ACTION HOST [ARGS...]: one request, in the switch guest.
+fleet_switch_do() {
+  local action=$1 host=${2:-} port p
+  shift 2 || { echo "usage: ACTION HOST [ARGS...]" >&2; return 2; }
+  if [ "$action" = reset ]; then
+    for p in $(ip -o link show master br0 | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }'); do
+      tc qdisc del dev "$p" root 2>/dev/null || true
+      ip link set "$p" up
+    done
+    tc qdisc show
+    return 0
+  fi
+  port=$(fleet_switch_port "$host") || return 1
+  case $action in
+    netem) tc qdisc replace dev "$port" root netem "$@" && tc qdisc show dev "$port" ;;
+    clear) tc qdisc del dev "$port" root 2>/dev/null || true; tc qdisc show dev "$port" ;;
+    link) ip link set "$port" "$1" && ip -o link show "$port" ;;
+    stats) tc -s qdisc show dev "$port" && ip -s link show "$port" ;;
+    *) echo "unknown action $action" >&2; return 2 ;;
+  esac
+}
+
+# fleet_switch_serve OUT_ROOT: the switch guest's loop: runs every request
+# of $OUT_ROOT/switch/ and acknowledges it, until the host
+# side touches $OUT_ROOT/fleet.done.
+fleet_switch_serve() {
+  local root=$1 dir=$1/switch req id rc output
+  mkdir -p "$dir"
+  while [ ! -e "$root/fleet.done" ]; do
+    for req in "$dir"/*.req; do
+      [ -e "$req" ] || continue
+      id=$(basename "$req" .req)
+      rc=0
+      # shellcheck disable=SC2046 # the request's words are the arguments
+      output=$(fleet_switch_do $(cat "$req") 2>&1) || rc=$?
+      log "request $id: $(cat "$req") -> exit $rc"
+      printf '%s\n' "$output" | sed 's/^/  /' >&2
+      printf '%s\n%s\n' "$rc" "$output" >"$dir/.$id.ack"
+      mv "$dir/.$id.ack" "$dir/$id.ack"
+      rm -f "$req"
+    done
+    sleep 0.2
+  done
+}
 
 # fleet_aborted: why the fleet run is off, if it is: a host failed this
 # scenario ($FLEET_OUT/failed.hN) or the host-side runner gave up

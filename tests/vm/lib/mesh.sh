@@ -1,0 +1,146 @@
+# Fleet mode helpers of tests/vm/lib.sh: the agents' UD probe mesh across the
+# fleet's hosts (tests/vm/scenarios-fleet/mesh_*.sh). Sourced by
+# tests/vm/lib.sh only.
+#
+# Every host runs an agent in fleet mode ([mesh]) whose targets file
+# ($OUT/targets.json, Prometheus file_sd) lists the other hosts, each with
+# labels rack and tor: h1 and h2 in rack a behind tor a1, h3 and up in rack b
+# behind tor b1. A target's `target` label is the entry as written: the
+# host's address (UD responder port: the default 9723).
+# shellcheck shell=bash
+# shellcheck disable=SC2153 # HOST_INDEX, FLEET_HOSTS, OUT: set by the fleet
+
+MESH_INTERVAL=${MESH_INTERVAL:-0.1} # 10 probes/s per target
+MESH_TARGETS=
+# RTT buckets for the mesh (they are [buckets] probe_rtt): 250 µs steps where
+# the emulated fleet's RTTs are (1 to 15 ms), so that a median is not
+# interpolated across a 2.5 ms wide bucket.
+MESH_RTT_BUCKETS="1e-4, 2.5e-4, 5e-4, 7.5e-4$(awk 'BEGIN { for (v = 1; v <= 15.001; v += 0.25) printf ", %ge-3", v }'), 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1"
+
+mesh_rack() { if [ "$1" -le 2 ]; then echo a; else echo b; fi; }
+mesh_tor() { echo "$(mesh_rack "$1")1"; }
+
+# mesh_targets_json HOST...: a file_sd list, one group per host (its address,
+# its rack and tor), on stdout.
+mesh_targets_json() {
+  local h sep=
+  printf '['
+  for h in "$@"; do
+    printf '%s\n  {"targets": ["%s"], "labels": {"rack": "%s", "tor": "%s", "__meta_ignored": "x", "zone": "ignored"}}' \
+      "$sep" "$(fleet_host_addr "$h")" "$(mesh_rack "$h")" "$(mesh_tor "$h")"
+    sep=,
+  done
+  printf '\n]\n'
+}
+
+# mesh_write_targets CONTENT: replaces $OUT/targets.json atomically (written
+# aside, then renamed), as an operator's tooling should.
+mesh_write_targets() {
+  printf '%s' "$1" >"$OUT/targets.json.tmp"
+  mv "$OUT/targets.json.tmp" "$OUT/targets.json"
+}
+
+# mesh_peers: the other hosts' indexes.
+mesh_peers() {
+  local h
+  for ((h = 1; h <= FLEET_HOSTS; h++)); do [ "$h" = "$HOST_INDEX" ] || echo "$h"; done
+}
+
+# mesh_config: the agent's configuration (fleet mode) on stdout.
+mesh_config() {
+  cat <<TOML
+[mesh]
+interval_seconds = $MESH_INTERVAL
+timeout_seconds = 1.0
+targets_file = "$OUT/targets.json"
+targets_file_check_seconds = 1.0
+target_labels = ["rack", "tor"]
+source = "$HOST_ADDR"
+
+[buckets]
+probe_rtt = [$MESH_RTT_BUCKETS]
+TOML
+}
+
+# start_mesh_agent: targets file with every other host, the fleet-mode
+# configuration, the agent started and ready (180 s: one emulated CPU).
+start_mesh_agent() {
+  local h
+  MESH_TARGETS=
+  for h in $(mesh_peers); do MESH_TARGETS+="${MESH_TARGETS:+ }$(fleet_host_addr "$h")"; done
+  # shellcheck disable=SC2046 # one index a word
+  mesh_write_targets "$(mesh_targets_json $(mesh_peers))"
+  mesh_config >"$OUT/qpwatch.toml"
+  launch_agent --config "$OUT/qpwatch.toml"
+  wait_agent_ready 180
+}
+
+# mesh_sel NAME TARGET: the selector of a per-target mesh series.
+mesh_sel() { echo "$1{target=\"$2\"}"; }
+
+# mesh_count FILE NAME TARGET: a per-target mesh counter in a scrape.
+mesh_count() { metric "$1" "$(mesh_sel "$2" "$3")"; }
+
+# mesh_answered_above TARGET N: the agent's answered count to TARGET is above
+# N (a condition for wait_until).
+mesh_answered_above() {
+  local f
+  f=$(scrape answered) || return 1
+  [ "$(mesh_count "$f" qpwatch_mesh_probes_answered_total "$1")" -gt "$2" ]
+}
+
+# mesh_wait_answering [TIMEOUT_S]: until every target has answers.
+mesh_wait_answering() {
+  local t
+  for t in $MESH_TARGETS; do
+    WAIT_INTERVAL=1 wait_until "${1:-120}" mesh_answered_above "$t" 0 || fail "no answer from $t after ${1:-120} s"
+  done
+  log "h$HOST_INDEX: every target answers: $MESH_TARGETS"
+}
+
+# hist_quantile BEFORE AFTER Q TARGET: the Q quantile of the mesh RTT
+# histogram of TARGET over the observations between two scrapes, linear
+# within the bucket as histogram_quantile does; prints "value count".
+hist_quantile() {
+  awk -v q="$3" -v tgt="target=\"$4\"" '
+    /^qpwatch_mesh_probe_rtt_seconds_bucket\{/ && index($0, tgt) {
+      le = $0; sub(/.*le="/, "", le); sub(/".*/, "", le)
+      v[le] += (FILENAME == ARGV[1] ? -1 : 1) * $NF
+      if (!(le in seen)) { seen[le] = 1; les[++n] = le }
+    }
+    END {
+      for (i = 1; i <= n; i++) num[i] = (les[i] == "+Inf" ? 1e300 : les[i] + 0)
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (num[j] < num[i]) {
+        t = num[i]; num[i] = num[j]; num[j] = t; t = les[i]; les[i] = les[j]; les[j] = t }
+      total = v[les[n]]
+      if (total <= 0) { print "nan 0"; exit }
+      rank = q * total; prev = 0; lo = 0
+      for (i = 1; i <= n; i++) {
+        c = v[les[i]]
+        if (c >= rank) {
+          if (les[i] == "+Inf") { printf "%g %d\n", lo, total; exit }
+          printf "%.6f %d\n", lo + (num[i] - lo) * (rank - prev) / (c - prev), total; exit
+        }
+        prev = c; lo = num[i]
+      }
+    }' "$1" "$2"
+}
+
+# agent_threads: the agent's thread count.
+agent_threads() { find "/proc/$AGENT_PID/task" -mindepth 1 -maxdepth 1 | wc -l; }
+
+# mesh_ud_qps: UD QPs of the agent in the kernel's resource table.
+mesh_ud_qps() { res_count qp ".pid == $AGENT_PID and .type == \"UD\""; }
+
+# mesh_expect_no_loss BEFORE AFTER TARGET...: lost 0, sent and answered > 0 to
+# each TARGET between two scrapes.
+mesh_expect_no_loss() {
+  local before=$1 after=$2 t sent
+  shift 2
+  for t in "$@"; do
+    sent=$(($(mesh_count "$after" qpwatch_mesh_probes_sent_total "$t") - $(mesh_count "$before" qpwatch_mesh_probes_sent_total "$t")))
+    [ "$sent" -gt 0 ] || fail "h$HOST_INDEX -> $t: no probe sent"
+    assert_eq "h$HOST_INDEX -> $t: lost (of $sent sent)" 0 \
+      $(($(mesh_count "$after" qpwatch_mesh_probes_lost_total "$t") - $(mesh_count "$before" qpwatch_mesh_probes_lost_total "$t")))
+  done
+}
