@@ -28,7 +28,6 @@ record() {
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 threads() { find "/proc/$1/task" -mindepth 1 -maxdepth 1 | wc -l; }
-ud_qps_of() { rdma -j res show qp | jq "[.[] | select(.type == \"UD\" and .pid == $1)] | length"; }
 hz=$(getconf CLK_TCK)
 
 # send_lat_vs_probe PHASE: h1 -> h2, ib_send_lat then qpwatch probe --ud.
@@ -46,9 +45,10 @@ send_lat_vs_probe() {
       fleet_barrier "$phase-listening"
       ib_send_lat -d rxe0 -c UD -x 1 -n "$pings" "$h2" >"$OUT/send_lat-$phase.log" 2>&1 || { cat "$OUT/send_lat-$phase.log" >&2; fail "ib_send_lat failed ($phase)"; }
       record "$phase.ib_send_lat_ud_typical_us" "$(awk '/t_typical/ { getline; print $5 }' "$OUT/send_lat-$phase.log")"
-      "$BIN/qpwatch" probe --ud --target "$h2" --count "$pings" --interval-ms 0 --json >"$OUT/probe-$phase.json" 2>"$OUT/probe-$phase.err" ||
+      "$BIN/qpwatch" probe --ud --target "$h2" --count "$pings" --interval-ms 10 --json >"$OUT/probe-$phase.json" 2>"$OUT/probe-$phase.err" ||
         { cat "$OUT/probe-$phase.err" >&2; fail "qpwatch probe --ud failed ($phase)"; }
-      record "$phase.probe_ud_median_us" "$(jq -r '.rtt.median_us // .latency.median_us // empty' "$OUT/probe-$phase.json")"
+      # ib_send_lat reports half a round trip
+      record "$phase.probe_ud_half_rtt_median_us" "$(jq -r '.rtt.p50_ns / 2000' "$OUT/probe-$phase.json")"
       record "$phase.probe_ud_answered" "$(jq -r '.answered // empty' "$OUT/probe-$phase.json")"
       cp "$OUT/probe-$phase.json" "$FLEET_OUT/probe-$phase.json"
       ;;
@@ -96,7 +96,7 @@ if [ "$HOST_INDEX" = 1 ]; then
   sysctl -qw net.ipv4.neigh.default.gc_thresh1=4096 net.ipv4.neigh.default.gc_thresh2=8192 net.ipv4.neigh.default.gc_thresh3=16384
   ip route add 198.18.0.0/16 dev "$nic" 2>/dev/null || true
   threads_before=$(threads "$AGENT_PID")
-  qps_before=$(ud_qps_of "$AGENT_PID")
+  qps_before=$(mesh_ud_qps)
   {
     printf '['
     sep=
@@ -140,7 +140,7 @@ if [ "$HOST_INDEX" = 1 ]; then
   record C.threads_before_targets "$threads_before"
   record C.threads_with_targets "$(threads "$AGENT_PID")"
   record C.ud_qps_before_targets "$qps_before"
-  record C.ud_qps_with_targets "$(ud_qps_of "$AGENT_PID")"
+  record C.ud_qps_with_targets "$(mesh_ud_qps)"
   record C.agent_cpu_ms_per_1000_probes "$(awk -v c=$((cpu1 - cpu0)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.1f", c * 1000 / hz * 1000 / n }')"
   record C.agent_cpu_percent "$(awk -v c=$((cpu1 - cpu0)) -v hz="$hz" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", 100 * c / hz / ((b - a) / 1e9) }')"
   record C.agent_rss_kib "$(rss_kib "$AGENT_PID")"

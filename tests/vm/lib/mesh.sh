@@ -129,8 +129,14 @@ hist_quantile() {
 # agent_threads: the agent's thread count.
 agent_threads() { find "/proc/$AGENT_PID/task" -mindepth 1 -maxdepth 1 | wc -l; }
 
-# mesh_ud_qps: UD QPs of the agent in the kernel's resource table.
-mesh_ud_qps() { res_count qp ".pid == $AGENT_PID and .type == \"UD\""; }
+# mesh_ud_qps [PID]: UD QPs of the process (the agent) in the kernel's
+# resource table. rdma res names the thread that created a QP (the UD QP's
+# is the "qpwatch-mesh" thread), so every thread of the process counts.
+mesh_ud_qps() {
+  local tids
+  tids=$(find "/proc/${1:-$AGENT_PID}/task" -mindepth 1 -maxdepth 1 -printf '%f\n' | jq -s -c .)
+  rdma -j res show qp | jq --argjson tids "$tids" '[.[] | select(.type == "UD" and (.pid as $p | $tids | index($p)))] | length'
+}
 
 # mesh_expect_no_loss BEFORE AFTER TARGET...: lost 0, sent and answered > 0 to
 # each TARGET between two scrapes.

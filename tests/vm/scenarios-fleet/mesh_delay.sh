@@ -11,13 +11,13 @@
 #                 ib_send_lat measures side by side (perftest reports half
 #                 the round trip: twice its t_typical rise is compared).
 #                 Not 2 ms +- 20% itself: the emulated switch's timers add
-#                 to a netem delay (switch_faults saw t_min +1.1 to +1.5 ms
+#                 to a netem delay (bench-fleet/switch_faults saw t_min +1.1 to +1.5 ms
 #                 and t_typical +1.2 to +4.8 ms of half round trip for
 #                 2 ms), the same for both tools;
 #               - h1 -> h2 does not move: within 20% of its baseline or
 #                 1 ms, whichever is larger, plus the drift ib_send_lat
 #                 h1 -> h2 measures over the same two phases (the bed moves
-#                 by itself: in switch_faults, ib_send_lat h1->h2's
+#                 by itself: in bench-fleet/switch_faults, ib_send_lat h1->h2's
 #                 t_typical moved by -1.2 to +1.4 ms of half round trip
 #                 with no fault on its path)
 #               figures in $FLEET_OUT/figures.txt
