@@ -98,6 +98,9 @@ fn serve(args: RunArgs, mode: Mode) -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // the pool of spawn_blocking (scrapes, prober changes): it grows and
+        // shrinks on demand, so it is told apart by name
+        .thread_name("qpwatch-blocking")
         .build()
     {
         Ok(runtime) => runtime,

@@ -27,7 +27,7 @@ record() {
 # cpu_ticks PID: utime + stime of the process (all threads), clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-threads() { find "/proc/$1/task" -mindepth 1 -maxdepth 1 | wc -l; }
+
 hz=$(getconf CLK_TCK)
 
 # send_lat_vs_probe PHASE: h1 -> h2, ib_send_lat then qpwatch probe --ud.
@@ -95,7 +95,7 @@ fleet_barrier addresses
 if [ "$HOST_INDEX" = 1 ]; then
   sysctl -qw net.ipv4.neigh.default.gc_thresh1=4096 net.ipv4.neigh.default.gc_thresh2=8192 net.ipv4.neigh.default.gc_thresh3=16384
   ip route add 198.18.0.0/16 dev "$nic" 2>/dev/null || true
-  threads_before=$(threads "$AGENT_PID")
+  threads_before=$(agent_threads)
   qps_before=$(mesh_ud_qps)
   {
     printf '['
@@ -138,7 +138,7 @@ if [ "$HOST_INDEX" = 1 ]; then
   record C.answered "$answered"
   record C.lost "$lost"
   record C.threads_before_targets "$threads_before"
-  record C.threads_with_targets "$(threads "$AGENT_PID")"
+  record C.threads_with_targets "$(agent_threads)"
   record C.ud_qps_before_targets "$qps_before"
   record C.ud_qps_with_targets "$(mesh_ud_qps)"
   record C.agent_cpu_ms_per_1000_probes "$(awk -v c=$((cpu1 - cpu0)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.1f", c * 1000 / hz * 1000 / n }')"

@@ -126,8 +126,9 @@ hist_quantile() {
     }' "$1" "$2"
 }
 
-# agent_threads: the agent's thread count.
-agent_threads() { find "/proc/$AGENT_PID/task" -mindepth 1 -maxdepth 1 | wc -l; }
+# agent_threads: the agent's thread count, without tokio's blocking pool
+# ("qpwatch-blocking": threads come for a scrape and leave after 10 s idle).
+agent_threads() { cat "/proc/$AGENT_PID"/task/*/comm | grep -cvx 'qpwatch-blocking'; }
 
 # mesh_ud_qps [PID]: UD QPs of the process (the agent) in the kernel's
 # resource table. rdma res names the thread that created a QP (the UD QP's

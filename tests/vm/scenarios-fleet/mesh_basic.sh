@@ -45,6 +45,10 @@ done
 assert_eq "h$HOST_INDEX: qpwatch_mesh_qps" 1 "$(metric "$after" qpwatch_mesh_qps)"
 assert_eq "h$HOST_INDEX: UD QPs of the agent in rdma res show qp" 1 "$(mesh_ud_qps)"
 assert_eq "h$HOST_INDEX: mesh QPs unseen by eBPF" 0 "$(metric "$after" 'qpwatch_probe_qps_unseen_total{target="mesh"}')"
+# not vacuous: the hooks saw the UD QP, and its create and three modifies
+# were matched (each matched call observes the skew histogram once)
+[ "$(metric "$after" 'qpwatch_qp_created_total{device="rxe0",qp_type="UD",origin="user"}')" -ge 1 ] || fail "h$HOST_INDEX: the hooks saw no UD QP created"
+[ "$(metric "$after" 'qpwatch_probe_kernel_userspace_skew_seconds_count')" -ge 4 ] || fail "h$HOST_INDEX: the mesh UD QP's calls were not matched to the kernel's"
 assert_eq "h$HOST_INDEX: targets from the file" "$((FLEET_HOSTS - 1))" "$(metric "$after" 'qpwatch_mesh_targets{source="file"}')"
 assert_eq "h$HOST_INDEX: targets file ok" 1 "$(metric "$after" qpwatch_mesh_targets_file_ok)"
 [ "$(delta "$base" "$after" qpwatch_mesh_responses_total)" -gt 0 ] || fail "h$HOST_INDEX answered no peer's probe"
