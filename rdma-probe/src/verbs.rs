@@ -788,6 +788,41 @@ impl Drop for AddressHandle {
     }
 }
 
+/// One signalled SEND work request (UD when `ud` gives its destination).
+fn post_signalled_send(
+    qp: *mut ibv_qp,
+    wr_id: u64,
+    mr: &MemoryRegion,
+    offset: usize,
+    len: usize,
+    inline: bool,
+    ud: Option<ud_t>,
+) -> Result<(), Error> {
+    let mut sge = mr.sge(offset, len);
+    // SAFETY: ibv_send_wr is plain old data; all-zero is valid.
+    let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+    wr.wr_id = wr_id;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+    wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+    if inline {
+        wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+    if let Some(ud) = ud {
+        wr.wr.ud = ud;
+    }
+    let mut bad: *mut ibv_send_wr = ptr::null_mut();
+    // SAFETY: live QP (and AH, same PD); `wr` and `sge` live for the call,
+    // which copies them (or, inline, the data); the buffer stays registered
+    // while `mr` lives.
+    let rc = unsafe { ibv_post_send(qp, &mut wr, &mut bad) };
+    if rc != 0 {
+        return Err(Error::verbs_rc("ibv_post_send", rc));
+    }
+    Ok(())
+}
+
 /// Posting work requests, shared by both kinds of QP.
 pub(crate) trait PostQueue {
     fn raw_qp(&self) -> *mut ibv_qp;
@@ -806,25 +841,7 @@ pub(crate) trait PostQueue {
         len: usize,
         inline: bool,
     ) -> Result<(), Error> {
-        let mut sge = mr.sge(offset, len);
-        // SAFETY: ibv_send_wr is plain old data; all-zero is valid.
-        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if inline {
-            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        let mut bad: *mut ibv_send_wr = ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sge` live for the call, which copies them
-        // (or, inline, the data); the buffer stays registered while `mr` lives.
-        let rc = unsafe { ibv_post_send(self.raw_qp(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(Error::verbs_rc("ibv_post_send", rc));
-        }
-        Ok(())
+        post_signalled_send(self.raw_qp(), wr_id, mr, offset, len, inline, None)
     }
 
     /// A signalled UD SEND of `len` bytes at `offset` of `mr` to `remote_qpn`
@@ -841,30 +858,12 @@ pub(crate) trait PostQueue {
         remote_qpn: u32,
         remote_qkey: u32,
     ) -> Result<(), Error> {
-        let mut sge = mr.sge(offset, len);
-        // SAFETY: ibv_send_wr is plain old data; all-zero is valid.
-        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if inline {
-            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        wr.wr.ud = ud_t {
+        let ud = ud_t {
             ah: ah.raw.as_ptr(),
             remote_qpn,
             remote_qkey,
         };
-        let mut bad: *mut ibv_send_wr = ptr::null_mut();
-        // SAFETY: live QP and AH (same PD); `wr` and `sge` live for the call,
-        // which copies them; the buffer stays registered while `mr` lives.
-        let rc = unsafe { ibv_post_send(self.raw_qp(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(Error::verbs_rc("ibv_post_send", rc));
-        }
-        Ok(())
+        post_signalled_send(self.raw_qp(), wr_id, mr, offset, len, inline, Some(ud))
     }
 
     /// A receive of up to `len` bytes into `offset` of `mr`.
