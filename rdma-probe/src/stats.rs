@@ -1,5 +1,6 @@
 //! Latency summaries: min / p50 / p99 / max / mean over samples.
 
+use std::fmt::Write;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -54,6 +55,36 @@ pub fn nearest_rank(sorted: &[Duration], percentile: f64) -> Duration {
 /// Microseconds with two decimals, as the summary table prints them.
 pub fn micros(d: Duration) -> String {
     format!("{:.2}", d.as_nanos() as f64 / 1000.0)
+}
+
+/// The header of an ib_send_lat-like round-trip table.
+pub(crate) fn write_rtt_header(s: &mut String) {
+    let _ = writeln!(
+        s,
+        " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "#bytes",
+        "#iterations",
+        "t_min[usec]",
+        "t_p50[usec]",
+        "t_p99[usec]",
+        "t_max[usec]",
+        "t_avg[usec]"
+    );
+}
+
+/// A row of that table: round trips of `message_size`-byte messages.
+pub(crate) fn write_rtt_row(s: &mut String, message_size: usize, r: &LatencySummary) {
+    let _ = writeln!(
+        s,
+        " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        message_size,
+        r.count,
+        micros(r.min),
+        micros(r.p50),
+        micros(r.p99),
+        micros(r.max),
+        micros(r.mean)
+    );
 }
 
 #[cfg(test)]

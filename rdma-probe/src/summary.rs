@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::outcome::{ProbeMode, ProbeOutcome, ProbeResult};
-use crate::stats::{micros, LatencySummary};
+use crate::stats::{micros, write_rtt_header, write_rtt_row, LatencySummary};
 use crate::step::Step;
 
 /// Summary of a run of probes against one target.
@@ -117,31 +117,9 @@ impl ProbeSummary {
             .collect();
         let _ = writeln!(s, " results: {}", counts.join("  "));
         let _ = writeln!(s, "{rule}");
-        let _ = writeln!(
-            s,
-            " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            "#bytes",
-            "#iterations",
-            "t_min[usec]",
-            "t_p50[usec]",
-            "t_p99[usec]",
-            "t_max[usec]",
-            "t_avg[usec]"
-        );
+        write_rtt_header(&mut s);
         match &self.rtt {
-            Some(r) => {
-                let _ = writeln!(
-                    s,
-                    " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                    self.message_size,
-                    r.count,
-                    micros(r.min),
-                    micros(r.p50),
-                    micros(r.p99),
-                    micros(r.max),
-                    micros(r.mean)
-                );
-            }
+            Some(r) => write_rtt_row(&mut s, self.message_size, r),
             None => {
                 let _ = writeln!(s, " {:<8} {:<12} (no completed ping)", self.message_size, 0);
             }

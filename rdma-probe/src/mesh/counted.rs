@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::error::Error;
 use crate::outcome::QpCall;
-use crate::stats::{micros, LatencySummary};
+use crate::stats::{micros, write_rtt_header, write_rtt_row, LatencySummary};
 
 use super::{Answer, Dropped, Mesh, MeshConfig, MeshSink, MeshTarget};
 
@@ -69,29 +69,9 @@ impl CountedSummary {
             self.sent, self.answered, self.lost, self.send_failed
         );
         let _ = writeln!(s, "{rule}");
-        let _ = writeln!(
-            s,
-            " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            "#bytes",
-            "#iterations",
-            "t_min[usec]",
-            "t_p50[usec]",
-            "t_p99[usec]",
-            "t_max[usec]",
-            "t_avg[usec]"
-        );
+        write_rtt_header(&mut s);
         if let Some(r) = &self.rtt {
-            let _ = writeln!(
-                s,
-                " {:<8} {:<12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                self.message_size,
-                r.count,
-                micros(r.min),
-                micros(r.p50),
-                micros(r.p99),
-                micros(r.max),
-                micros(r.mean)
-            );
+            write_rtt_row(&mut s, self.message_size, r);
         }
         if let Some(d) = &self.responder_delay {
             let _ = writeln!(
