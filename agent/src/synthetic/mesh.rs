@@ -434,6 +434,11 @@ impl MeshProber {
         if self.settings.take().is_some() {
             self.metrics().stopped();
             self.metrics().targets_file_unconfigured();
+            self.reporter
+                .sink
+                .metrics
+                .probes
+                .forget_unseen(CROSS_CHECK_TARGET);
         }
         self.file = None;
         self.file_targets.clear();

@@ -94,6 +94,11 @@ impl ProbeMetrics {
         self.unseen.with_label_values(&[target]);
     }
 
+    /// The unseen counter of a cross-check that is gone (fleet mode off).
+    pub fn forget_unseen(&self, target: &str) {
+        let _ = self.unseen.remove_label_values(&[target]);
+    }
+
     /// A probe QP with a verb call the hooks did not see.
     pub fn qp_unseen(&self, target: &str) {
         self.unseen.with_label_values(&[target]).inc();
