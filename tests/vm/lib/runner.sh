@@ -4,6 +4,7 @@
 #   run_scenario SCRIPT OUT [VAR=VALUE ...]   (extra environment for the scenario)
 # Sets SCENARIO_STATUS (PASS, FAIL, TIMEOUT), SCENARIO_SECS and
 # SCENARIO_LIMIT (the time limit it ran under), read by the callers.
+# Processes the scenario leaves behind are killed.
 # shellcheck shell=bash disable=SC2034
 run_scenario() {
   local script=$1 out=$2 start limit rc
@@ -11,11 +12,20 @@ run_scenario() {
   start=$(date +%s)
   limit=$(sed -n 's/^# vm-timeout: \([0-9]*\)$/\1/p' "$script" | head -n1)
   SCENARIO_LIMIT=${SCENARIO_TIMEOUT:-${limit:-300}}
+  # timeout makes itself a process group leader (it execs in env's pid):
+  # whatever the scenario started and left running (a perftest server whose
+  # client failed, say) dies with that group and cannot skew the next one.
   # shellcheck disable=SC2016 # expanded by the scenario's shell
   env OUT="$out" "$@" timeout --kill-after=10 "$SCENARIO_LIMIT" \
     bash -c 'set -euo pipefail; source "$REPO/tests/vm/lib.sh"; source "$1"' _ "$script" \
-    >"$out/log" 2>&1
+    >"$out/log" 2>&1 &
+  local group=$!
+  wait "$group"
   rc=$?
+  if pgrep -g "$group" >/dev/null 2>&1; then
+    echo "runner: killing what the scenario left running: $(pgrep -g "$group" -l | tr '\n' ' ')" >>"$out/log"
+    kill -KILL -- "-$group" 2>/dev/null
+  fi
   SCENARIO_SECS=$(($(date +%s) - start))
   SCENARIO_STATUS=FAIL
   [ $rc -eq 0 ] && SCENARIO_STATUS=PASS
