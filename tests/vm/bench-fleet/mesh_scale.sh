@@ -5,8 +5,12 @@
 #      `ib_send_lat -c UD -x 1 -n N` and `qpwatch probe --ud --count N`,
 #      one after the other (side by side in one boot)
 #   B  the same two measurements with an agent in fleet mode on every host
-#   C  h2 and h3 each add MESH_PER_HOST (500) addresses to their link NIC
-#      (each a RoCEv2 GID of rxe0); h1's agent probes all of them (targets
+#   C  h2 and h3 each add MESH_PER_HOST (500) addresses, 250 per RDMA
+#      device: rxe0 on the link NIC, then rxe1... each on a macvlan of it
+#      (a verbs AH names its source GID by a u8 index, ibv_global_route's
+#      sgid_index, so a port's GIDs past index 255 can answer no SIDR
+#      request: the first run here, all 500 on rxe0, resolved 254 per host
+#      and the rest failed with EINVAL); h1's agent probes all of them (targets
 #      file) at 1 probe/s each; once every target resolved, MESH_SECONDS
 #      (60) s are measured: probes sent/answered/lost, the agent's threads
 #      and UD QPs before the targets came and after, its CPU time per 1,000
@@ -85,11 +89,28 @@ fleet_barrier agents
 send_lat_vs_probe B
 
 # C: 1,000 targets
+per_device=250
+# target_addr HOST I (I from 0): the I-th target address on HOST, device I / 250
+target_addr() { echo "198.18.$(($1 * 10 + $2 / per_device)).$(($2 % per_device + 1))"; }
+gids_in_use() { grep -vc '^0000:0000:0000:0000:0000:0000:0000:0000$' "/sys/class/infiniband/$1/ports/1/gids/"* 2>/dev/null | awk -F: '{ s += $2 } END { print s }'; }
 if [ "$HOST_INDEX" != 1 ]; then
-  for ((i = 1; i <= per_host; i++)); do
-    echo "addr add 198.18.$((HOST_INDEX * 10 + i / 250)).$((i % 250 + 1))/32 dev $nic"
+  # Addresses of a macvlan are answered for by that macvlan only.
+  sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+  devices=$(((per_host + per_device - 1) / per_device))
+  for ((d = 1; d < devices; d++)); do
+    ip link add "mv$d" link "$nic" type macvlan mode bridge || fail "macvlan mv$d"
+    ip link set "mv$d" up
+    rdma link add "rxe$d" type rxe netdev "mv$d" || fail "rxe$d on mv$d"
+  done
+  for ((i = 0; i < per_host; i++)); do
+    d=$((i / per_device))
+    dev=$nic
+    [ $d -eq 0 ] || dev=mv$d
+    echo "addr add $(target_addr "$HOST_INDEX" $i)/32 dev $dev"
   done | ip -batch - || fail "adding $per_host addresses"
-  log "h$HOST_INDEX: $per_host addresses added; rxe0 GID slots in use: $(grep -vc '^0000:0000:0000:0000:0000:0000:0000:0000$' /sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null | awk -F: '{ s += $2 } END { print s }')"
+  for ((d = 0; d < devices; d++)); do
+    log "h$HOST_INDEX: rxe$d GID slots in use: $(gids_in_use "rxe$d")"
+  done
 fi
 fleet_barrier addresses
 if [ "$HOST_INDEX" = 1 ]; then
@@ -103,8 +124,8 @@ if [ "$HOST_INDEX" = 1 ]; then
     for h in 2 3; do
       printf '%s{"targets": [' "$sep"
       sep2=
-      for ((i = 1; i <= per_host; i++)); do
-        printf '%s"198.18.%d.%d"' "$sep2" $((h * 10 + i / 250)) $((i % 250 + 1))
+      for ((i = 0; i < per_host; i++)); do
+        printf '%s"%s"' "$sep2" "$(target_addr $h $i)"
         sep2=,
       done
       printf '], "labels": {"host": "h%d"}}' "$h"
@@ -149,7 +170,10 @@ if [ "$HOST_INDEX" = 1 ]; then
 fi
 if [ "$HOST_INDEX" != 1 ]; then
   record "C.h$HOST_INDEX.responder_cpu_ms_per_second" "$(awk -v c=$(($(cpu_ticks "$AGENT_PID") - resp_cpu0)) -v hz="$hz" -v s="$seconds" 'BEGIN { printf "%.1f", c * 1000 / hz / s }')"
-  record "C.h$HOST_INDEX.responses" "$(metric "$(scrape resp)" qpwatch_mesh_responses_total)"
+  resp=$(scrape resp)
+  record "C.h$HOST_INDEX.responses" "$(metric "$resp" qpwatch_mesh_responses_total)"
+  record "C.h$HOST_INDEX.responder_ud_qps" "$(metric "$resp" qpwatch_mesh_qps)"
+  record "C.h$HOST_INDEX.responder_rss_kib" "$(rss_kib "$AGENT_PID")"
 fi
 fleet_barrier recorded
 stop_agent
