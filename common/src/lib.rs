@@ -17,6 +17,16 @@ pub const COMM_LEN: usize = 16;
 
 /// `IB_QP_STATE` bit of `enum ib_qp_attr_mask` (uapi: `IB_USER_VERBS_...`, stable ABI).
 pub const IB_QP_STATE_MASK: u32 = 1;
+/// `IB_QP_AV`: `attr->ah_attr` (the remote address) is given.
+pub const IB_QP_AV_MASK: u32 = 1 << 7;
+/// `IB_QP_DEST_QPN`: `attr->dest_qp_num` is given.
+pub const IB_QP_DEST_QPN_MASK: u32 = 1 << 20;
+/// `IB_AH_GRH` of `rdma_ah_attr.ah_flags`: the address has a GRH (a GID).
+pub const IB_AH_GRH: u8 = 1;
+
+/// [`QpEvent::remote`] bits: which remote fields a modify carried.
+pub const REMOTE_GID: u32 = 1;
+pub const REMOTE_QPN: u32 = 2;
 
 /// What a ring-buffer record describes. The first `u32` of every record.
 #[repr(u32)]
@@ -74,9 +84,15 @@ pub struct QpEvent {
     pub attr_mask: u32,
     /// `attr->qp_state` (`enum ib_qp_state`), valid when `attr_mask & IB_QP_STATE`.
     pub new_state: u32,
-    pub _reserved: u32,
+    /// `attr->dest_qp_num`, valid when `remote & REMOTE_QPN`.
+    pub remote_qpn: u32,
     pub comm: [u8; COMM_LEN],
     pub device: [u8; DEVICE_NAME_LEN],
+    /// `attr->ah_attr.grh.dgid`, valid when `remote & REMOTE_GID`.
+    pub remote_gid: [u8; 16],
+    /// `REMOTE_*` bits (modifies only).
+    pub remote: u32,
+    pub _reserved: u32,
 }
 
 impl QpEvent {
@@ -92,9 +108,12 @@ impl QpEvent {
             rc: 0,
             attr_mask: 0,
             new_state: 0,
-            _reserved: 0,
+            remote_qpn: 0,
             comm: [0; COMM_LEN],
             device: [0; DEVICE_NAME_LEN],
+            remote_gid: [0; 16],
+            remote: 0,
+            _reserved: 0,
         }
     }
 }
@@ -252,6 +271,13 @@ pub struct KernelOffsets {
     pub ib_device_name: u32,
     pub ib_qp_attr_qp_state: u32,
     pub ib_qp_init_attr_qp_type: u32,
+    /// `ib_qp_attr.dest_qp_num`, `.ah_attr.ah_flags`, `.ah_attr.grh.dgid`:
+    /// the remote side of a modify; read only when `peers_valid`.
+    pub ib_qp_attr_dest_qp_num: u32,
+    pub ib_qp_attr_ah_flags: u32,
+    pub ib_qp_attr_dgid: u32,
+    /// Non-zero when the three offsets above were found in the kernel's BTF.
+    pub peers_valid: u32,
     /// Non-zero once the agent filled this struct.
     pub valid: u32,
 }
@@ -295,10 +321,10 @@ mod tests {
 
     #[test]
     fn event_has_no_implicit_padding() {
-        let fields = 4 * 2 + 8 * 3 + 4 * 6 + COMM_LEN + DEVICE_NAME_LEN;
+        let fields = 4 * 2 + 8 * 3 + 4 * 6 + COMM_LEN + DEVICE_NAME_LEN + 16 + 4 * 2;
         assert_eq!(size_of::<QpEvent>(), fields);
         assert_eq!(size_of::<PendingKey>(), 16);
-        assert_eq!(size_of::<KernelOffsets>(), 4 * 8);
+        assert_eq!(size_of::<KernelOffsets>(), 4 * 12);
         let cm_fields = 4 * 2 + 8 * 4 + 4 * 10 + COMM_LEN + DEVICE_NAME_LEN;
         assert_eq!(size_of::<CmEvent>(), cm_fields);
     }

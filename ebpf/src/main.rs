@@ -39,6 +39,10 @@ pub(crate) static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets {
     ib_device_name: 0,
     ib_qp_attr_qp_state: 0,
     ib_qp_init_attr_qp_type: 0,
+    ib_qp_attr_dest_qp_num: 0,
+    ib_qp_attr_ah_flags: 0,
+    ib_qp_attr_dgid: 0,
+    peers_valid: 0,
     valid: 0,
 });
 

@@ -1,16 +1,18 @@
 //! QP lifecycle programs: kprobe/kretprobe pairs in ib_core.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use qpwatch_common::{
-    hook, EventKind, KernelOffsets, QpEvent, QpOrigin, COMM_LEN, IB_QP_STATE_MASK,
+    hook, EventKind, KernelOffsets, QpEvent, QpOrigin, COMM_LEN, IB_AH_GRH, IB_QP_AV_MASK,
+    IB_QP_DEST_QPN_MASK, IB_QP_STATE_MASK, REMOTE_GID, REMOTE_QPN,
 };
 
 use crate::{
-    begin, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, MAX_ERRNO, PENDING,
+    begin, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8, MAX_ERRNO,
+    PENDING,
 };
 
 #[inline(always)]
@@ -134,8 +136,31 @@ pub fn qp_modify(ctx: ProbeContext) -> u32 {
     if attr_mask & IB_QP_STATE_MASK != 0 {
         event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
     }
+    if offsets.peers_valid != 0 {
+        read_remote(&mut event, attr, attr_mask, &offsets);
+    }
     begin(&ctx, &PENDING, hook::MODIFY_QP, &event);
     0
+}
+
+/// The remote side a modify gives the QP (the transition to RTR carries it):
+/// its GID when the address vector has a GRH (RoCE always, IB across
+/// subnets), its QP number.
+#[inline(always)]
+fn read_remote(event: &mut QpEvent, attr: u64, attr_mask: u32, offsets: &KernelOffsets) {
+    if attr_mask & IB_QP_DEST_QPN_MASK != 0 {
+        event.remote_qpn = read_u32(attr, offsets.ib_qp_attr_dest_qp_num);
+        event.remote |= REMOTE_QPN;
+    }
+    if attr_mask & IB_QP_AV_MASK != 0 && read_u8(attr, offsets.ib_qp_attr_ah_flags) & IB_AH_GRH != 0
+    {
+        let gid = (attr + offsets.ib_qp_attr_dgid as u64) as *const [u8; 16];
+        // SAFETY: bpf_probe_read_kernel validates the address and fails instead of faulting.
+        if let Ok(gid) = unsafe { bpf_probe_read_kernel(gid) } {
+            event.remote_gid = gid;
+            event.remote |= REMOTE_GID;
+        }
+    }
 }
 
 #[kretprobe(function = "_ib_modify_qp")]

@@ -55,6 +55,12 @@ pub struct JsonEvent<'a> {
     pub pid: u32,
     pub comm: &'a str,
     pub origin: Option<&'a str>,
+    /// The remote side a modify gave the QP: its GID (an IP for RoCE) and
+    /// QP number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_gid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_qpn: Option<u32>,
 }
 
 pub struct JsonLines<W: Write + Send> {
@@ -129,6 +135,8 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             pid: call.pid,
             comm: call.comm(),
             origin,
+            remote_gid: call.remote_gid.map(|gid| gid.to_string()),
+            remote_qpn: call.remote_qpn,
         };
         self.write(&event);
     }
@@ -164,6 +172,8 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             pid: call.pid,
             comm: call.comm(),
             origin: Some(if call.user { "user" } else { "kernel" }),
+            remote_gid: None,
+            remote_qpn: None,
         };
         self.write(&event);
     }
@@ -203,6 +213,11 @@ mod tests {
             1_000,
             3_500,
         );
+        let mut call = call;
+        let mut gid = [0u8; 16];
+        gid[10..].copy_from_slice(&[0xff, 0xff, 198, 18, 0, 2]);
+        call.remote_gid = Some(crate::kernel::rdma::Gid(gid));
+        call.remote_qpn = Some(0x11);
         sink.qp(&call, Some(QpState::Init), Some(4));
         let cm = CmCorrelator::new(CmNames::linux_6_1());
         let mut connect = CmCall::synthetic(CmOp::Connect, 4, 2_000);
@@ -219,6 +234,9 @@ mod tests {
         assert_eq!(lines[0]["to_state"], "RTR");
         assert_eq!(lines[0]["duration_ns"], 2_500);
         assert_eq!(lines[0]["cm_id"], 4);
+        assert_eq!(lines[0]["remote_gid"], "198.18.0.2");
+        assert_eq!(lines[0]["remote_qpn"], 0x11);
+        assert!(lines[1].get("remote_gid").is_none());
         assert_eq!(lines[1]["op"], "rdma_connect_locked");
         assert_eq!(lines[1]["qp_num"], 17);
         assert_eq!(lines[1]["cm_id"], 4);

@@ -60,6 +60,11 @@ pub const IB_DEVICE_NAME: FieldSpec = field(
 );
 pub const IB_QP_ATTR_QP_STATE: FieldSpec = field("ib_core", "ib_qp_attr", "qp_state", 4);
 pub const IB_QP_INIT_ATTR_QP_TYPE: FieldSpec = field("ib_core", "ib_qp_init_attr", "qp_type", 4);
+/// The remote side of a modify (peers).
+pub const IB_QP_ATTR_DEST_QP_NUM: FieldSpec = field("ib_core", "ib_qp_attr", "dest_qp_num", 4);
+pub const IB_QP_ATTR_AH_FLAGS: FieldSpec = field("ib_core", "ib_qp_attr", "ah_attr.ah_flags", 1);
+/// `union ib_gid`: 16 raw bytes.
+pub const IB_QP_ATTR_DGID: FieldSpec = field("ib_core", "ib_qp_attr", "ah_attr.grh.dgid", 16);
 
 /// `rdma_id_private` and friends live in rdma_cm (drivers/infiniband/core/cma_priv.h).
 pub const ID_PRIV_ID: FieldSpec = field("rdma_cm", "rdma_id_private", "id", 0);
@@ -212,9 +217,11 @@ impl KernelBtf {
         Ok(found.offset)
     }
 
-    /// All offsets of the QP lifecycle programs.
+    /// All offsets of the QP lifecycle programs. The remote side of modifies
+    /// (peers) is optional: without its fields `peers_valid` stays 0 and
+    /// [`KernelBtf::peer_offsets`] says why.
     pub fn qp_offsets(&mut self) -> Result<KernelOffsets, OffsetError> {
-        Ok(KernelOffsets {
+        let mut offsets = KernelOffsets {
             ib_qp_device: self.offset(IB_QP_DEVICE)?,
             ib_qp_qp_num: self.offset(IB_QP_QP_NUM)?,
             ib_qp_qp_type: self.offset(IB_QP_QP_TYPE)?,
@@ -223,7 +230,25 @@ impl KernelBtf {
             ib_qp_attr_qp_state: self.offset(IB_QP_ATTR_QP_STATE)?,
             ib_qp_init_attr_qp_type: self.offset(IB_QP_INIT_ATTR_QP_TYPE)?,
             valid: 1,
-        })
+            ..KernelOffsets::default()
+        };
+        if let Ok((dest_qp_num, ah_flags, dgid)) = self.peer_offsets() {
+            offsets.ib_qp_attr_dest_qp_num = dest_qp_num;
+            offsets.ib_qp_attr_ah_flags = ah_flags;
+            offsets.ib_qp_attr_dgid = dgid;
+            offsets.peers_valid = 1;
+        }
+        Ok(offsets)
+    }
+
+    /// Offsets of `ib_qp_attr.dest_qp_num`, `.ah_attr.ah_flags` and
+    /// `.ah_attr.grh.dgid`.
+    pub fn peer_offsets(&mut self) -> Result<(u32, u32, u32), OffsetError> {
+        Ok((
+            self.offset(IB_QP_ATTR_DEST_QP_NUM)?,
+            self.offset(IB_QP_ATTR_AH_FLAGS)?,
+            self.offset(IB_QP_ATTR_DGID)?,
+        ))
     }
 
     /// Offsets of the RDMA CM programs (rdma_cm must be loaded).
@@ -322,6 +347,16 @@ mod tests {
     /// A fake /sys/kernel/btf with a vmlinux and an ib_core whose layout the
     /// test chooses, so the expected offsets are known independently.
     fn fake_btf_dir(qp_num_bits: u32, qp_type_size: u32) -> tempfile::TempDir {
+        fake_btf_dir_with(qp_num_bits, qp_type_size, false)
+    }
+
+    /// `with_remote`: ib_qp_attr also has `ah_attr` (with `grh.dgid` and
+    /// `ah_flags`) and `dest_qp_num`.
+    fn fake_btf_dir_with(
+        qp_num_bits: u32,
+        qp_type_size: u32,
+        with_remote: bool,
+    ) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let mut v = BtfBuilder::new();
         v.int("unsigned int", 4); // 1
@@ -357,12 +392,34 @@ mod tests {
             16,
             &[("usecnt", 1, 0, 0), ("device", 4, 64, 0)],
         );
-        m.composite(
-            false,
-            "ib_qp_attr",
-            8,
-            &[("qp_state", 1, 0, 0), ("cur", 1, 32, 0)],
-        );
+        if with_remote {
+            m.array(2, 16); // 9: union ib_gid as 16 bytes
+            m.composite(false, "ib_global_route", 24, &[("dgid", 9, 0, 0)]); // 10
+            m.composite(
+                false,
+                "rdma_ah_attr",
+                40,
+                &[("grh", 10, 0, 0), ("ah_flags", 2, 28 * 8, 0)],
+            ); // 11
+            m.composite(
+                false,
+                "ib_qp_attr",
+                56,
+                &[
+                    ("qp_state", 1, 0, 0),
+                    ("cur", 1, 32, 0),
+                    ("ah_attr", 11, 64, 0),
+                    ("dest_qp_num", 1, 48 * 8, 0),
+                ],
+            );
+        } else {
+            m.composite(
+                false,
+                "ib_qp_attr",
+                8,
+                &[("qp_state", 1, 0, 0), ("cur", 1, 32, 0)],
+            );
+        }
         m.composite(
             false,
             "ib_qp_init_attr",
@@ -388,8 +445,30 @@ mod tests {
                 ib_qp_attr_qp_state: 0,
                 ib_qp_init_attr_qp_type: 12,
                 valid: 1,
+                ..KernelOffsets::default()
             }
         );
+    }
+
+    #[test]
+    fn resolves_the_remote_side_of_a_modify_when_the_kernel_has_it() {
+        let dir = fake_btf_dir_with(256, 4, true);
+        let offsets = KernelBtf::new(dir.path()).qp_offsets().unwrap();
+        assert_eq!(offsets.peers_valid, 1);
+        assert_eq!(offsets.ib_qp_attr_dgid, 8);
+        assert_eq!(offsets.ib_qp_attr_ah_flags, 8 + 28);
+        assert_eq!(offsets.ib_qp_attr_dest_qp_num, 48);
+    }
+
+    #[test]
+    fn without_the_remote_fields_peers_are_off_with_the_reason() {
+        let dir = fake_btf_dir(256, 4);
+        let mut btf = KernelBtf::new(dir.path());
+        let offsets = btf.qp_offsets().unwrap();
+        assert_eq!(offsets.peers_valid, 0);
+        assert_eq!(offsets.valid, 1);
+        let err = btf.peer_offsets().unwrap_err().to_string();
+        assert!(err.contains("ib_qp_attr.dest_qp_num"), "{err}");
     }
 
     #[test]
@@ -446,6 +525,9 @@ mod tests {
         let offsets = KernelBtf::new(DEFAULT_BTF_DIR).qp_offsets().unwrap();
         // ib_qp starts with `struct ib_device *device` in every kernel since 2.6.
         assert_eq!(offsets.ib_qp_device, 0);
+        // the remote GID and QPN of a modify: in every kernel since 4.19
+        assert_eq!(offsets.peers_valid, 1);
+        assert!(offsets.ib_qp_attr_dgid > offsets.ib_qp_attr_qp_state);
         assert!(offsets.ib_qp_qp_num > 0 && offsets.ib_qp_qp_type > offsets.ib_qp_qp_num);
     }
 

@@ -318,6 +318,11 @@ impl Tracer {
         generation: &impl Fn(&str) -> Option<u64>,
     ) -> Result<(), String> {
         let offsets = self.btf.qp_offsets().map_err(|e| e.to_string())?;
+        if offsets.peers_valid == 0 && kind == InstanceKind::IbCore {
+            if let Err(reason) = self.btf.peer_offsets() {
+                warn!(%reason, "peers off: modifies are read without their remote side");
+            }
+        }
         let cm_offsets = match kind {
             InstanceKind::IbCore => CmOffsets::default(),
             InstanceKind::RdmaCm => {

@@ -4,11 +4,12 @@ use std::{mem::size_of, time::Duration};
 
 use qpwatch_common::{
     CmEvent, CmOp, EventKind, QpEvent, QpOrigin, CM_FLAG_ATTACHED, CM_FLAG_CONN_PARAM,
-    CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK,
+    CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, IB_QP_STATE_MASK, REMOTE_GID,
+    REMOTE_QPN,
 };
 use thiserror::Error;
 
-use crate::kernel::rdma::{QpState, QpType};
+use crate::kernel::rdma::{Gid, QpState, QpType};
 
 /// Nanoseconds of `clock`; with CLOCK_MONOTONIC, the clock of the records'
 /// `bpf_ktime_get_ns()` timestamps.
@@ -64,6 +65,10 @@ pub struct QpCall {
     pub qp_num: u32,
     pub qp_type: QpType,
     pub rc: i32,
+    /// The remote side a modify gave the QP (`IB_QP_AV` with a GRH,
+    /// `IB_QP_DEST_QPN`); `None` otherwise or when peers are off.
+    pub remote_gid: Option<Gid>,
+    pub remote_qpn: Option<u32>,
     comm: [u8; qpwatch_common::COMM_LEN],
     device: [u8; qpwatch_common::DEVICE_NAME_LEN],
 }
@@ -128,6 +133,8 @@ impl QpCall {
             qp_num,
             qp_type: QpType::Rc,
             rc: 0,
+            remote_gid: None,
+            remote_qpn: None,
             comm: *b"synthetic\0\0\0\0\0\0\0",
             device: dev,
         }
@@ -313,6 +320,8 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         qp_num: raw.qp_num,
         qp_type: QpType::from_kernel(raw.qp_type),
         rc: raw.rc,
+        remote_gid: (raw.remote & REMOTE_GID != 0).then_some(Gid(raw.remote_gid)),
+        remote_qpn: (raw.remote & REMOTE_QPN != 0).then_some(raw.remote_qpn),
         comm: raw.comm,
         device: raw.device,
     }))
@@ -370,6 +379,21 @@ pub(crate) mod tests {
         assert_eq!(call.comm(), "rping");
         assert_eq!(call.qp_type, QpType::Rc);
         assert_eq!(call.duration(), Duration::from_nanos(250));
+    }
+
+    #[test]
+    fn remote_side_only_where_the_program_marked_it() {
+        let call = qp(&raw_bytes(&modify(1, 2))).unwrap();
+        assert_eq!((call.remote_gid, call.remote_qpn), (None, None));
+        let mut e = modify(1 | (1 << 7) | (1 << 20), 2);
+        e.remote_qpn = 0x11;
+        e.remote_gid[10..].copy_from_slice(&[0xff, 0xff, 198, 18, 0, 2]);
+        e.remote = REMOTE_QPN;
+        let call = qp(&raw_bytes(&e)).unwrap();
+        assert_eq!((call.remote_gid, call.remote_qpn), (None, Some(0x11)));
+        e.remote |= REMOTE_GID;
+        let call = qp(&raw_bytes(&e)).unwrap();
+        assert_eq!(call.remote_gid.unwrap().to_string(), "198.18.0.2");
     }
 
     #[test]

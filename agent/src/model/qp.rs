@@ -13,8 +13,11 @@ use std::{
 use qpwatch_common::{QpOrigin, COMM_LEN, DEVICE_NAME_LEN};
 
 use crate::{
-    kernel::rdma::{QpState, QpType},
-    model::events::{Call, QpCall},
+    kernel::rdma::{Gid, QpState, QpType},
+    model::{
+        events::{Call, QpCall},
+        peers::Peers,
+    },
 };
 
 /// A metric label value shared between observations without copying.
@@ -89,6 +92,18 @@ pub enum Observation {
     LabelOverflow {
         label: &'static str,
     },
+    /// Change of the live QPs of `device` connected to the remote `peer`
+    /// (a capped label).
+    PeerQps {
+        device: Label,
+        peer: Label,
+        delta: i64,
+    },
+    /// Change of the number of distinct remote peers of `device`.
+    Peers {
+        device: Label,
+        delta: i64,
+    },
     /// Change of the live CM id gauge.
     LiveCmIds {
         state: Label,
@@ -151,6 +166,8 @@ pub struct Limits {
     pub max_device_labels: usize,
     /// Distinct `comm` label values of `qpwatch_qp_created_by_process_total`.
     pub max_process_labels: usize,
+    /// Distinct `peer` label values of `qpwatch_peer_qps`.
+    pub max_peer_labels: usize,
 }
 
 impl Default for Limits {
@@ -159,6 +176,7 @@ impl Default for Limits {
             max_tracked_qps: 262_144,
             max_device_labels: 64,
             max_process_labels: 20,
+            max_peer_labels: 64,
         }
     }
 }
@@ -172,6 +190,9 @@ struct Tracked {
     state_since_ns: Option<u64>,
     reached_rts: bool,
     generation: u64,
+    /// The remote GID of its last modify with an address vector, until it
+    /// is reset or destroyed.
+    peer: Option<Gid>,
 }
 
 impl Tracked {
@@ -185,6 +206,7 @@ impl Tracked {
             state_since_ns: None,
             reached_rts: state == QpState::Rts,
             generation: 0,
+            peer: None,
         }
     }
 }
@@ -262,6 +284,7 @@ pub struct Correlator {
     next_generation: u64,
     devices: Devices,
     comms: CappedLabels,
+    peers: Peers,
 }
 
 fn key(device: u32, qp_num: u32) -> u64 {
@@ -284,7 +307,8 @@ impl Correlator {
                 names: Vec::new(),
                 other: Arc::clone(&other),
             },
-            comms: CappedLabels::new(limits.max_process_labels, other),
+            comms: CappedLabels::new(limits.max_process_labels, Arc::clone(&other)),
+            peers: Peers::new(limits.max_peer_labels, other),
         }
     }
 
@@ -305,6 +329,11 @@ impl Correlator {
 
     pub fn tracked(&self) -> usize {
         self.qps.len()
+    }
+
+    /// The remote peers of the live QPs.
+    pub fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     /// Current state of a tracked QP.
@@ -429,6 +458,9 @@ impl Correlator {
 
     fn remove(&mut self, k: u64, out: &mut impl Observer) -> Option<Tracked> {
         let tracked = self.qps.remove(&k)?;
+        if let Some(gid) = tracked.peer {
+            self.peers.detach(&tracked.device, gid, out);
+        }
         out.observe(Observation::LiveQps {
             device: Arc::clone(&tracked.device),
             qp_type: tracked.qp_type,
@@ -488,6 +520,7 @@ impl Correlator {
                 state_since_ns: Some(call.end_ns),
                 reached_rts: false,
                 generation: 0,
+                peer: None,
             },
             out,
         );
@@ -509,6 +542,7 @@ impl Correlator {
             out.observe(Observation::ModifyFailed { to, errno: call.rc });
             return;
         }
+        self.set_peer(k, call, to, out);
         let Some(to) = to else {
             return; // attribute-only modify: no transition
         };
@@ -522,16 +556,23 @@ impl Correlator {
             self.insert(
                 k,
                 Tracked {
-                    device,
+                    device: Arc::clone(&device),
                     qp_type: call.qp_type,
                     state: to,
                     created_ns: None,
                     state_since_ns: Some(call.end_ns),
                     reached_rts: to == QpState::Rts,
                     generation: 0,
+                    peer: None,
                 },
                 out,
             );
+            if let Some(gid) = call.remote_gid {
+                self.peers.attach(&device, gid, call.end_ns, out);
+                if let Some(tracked) = self.qps.get_mut(&k) {
+                    tracked.peer = Some(gid);
+                }
+            }
             return;
         };
         let from = tracked.state;
@@ -570,6 +611,30 @@ impl Correlator {
                     duration: since(created, call.end_ns),
                 });
             }
+        }
+    }
+
+    /// Follows a tracked QP's remote side: a modify with an address vector
+    /// connects it to its GID (leaving any other), a reset forgets it.
+    fn set_peer(&mut self, k: u64, call: &QpCall, to: Option<QpState>, out: &mut impl Observer) {
+        let Some(tracked) = self.qps.get_mut(&k) else {
+            return;
+        };
+        let next = match (to, call.remote_gid) {
+            (Some(QpState::Reset), _) => None,
+            (_, Some(gid)) => Some(gid),
+            _ => return,
+        };
+        if tracked.peer == next {
+            return;
+        }
+        let before = std::mem::replace(&mut tracked.peer, next);
+        let device = Arc::clone(&tracked.device);
+        if let Some(gid) = before {
+            self.peers.detach(&device, gid, out);
+        }
+        if let Some(gid) = next {
+            self.peers.attach(&device, gid, call.end_ns, out);
         }
     }
 
@@ -648,6 +713,82 @@ mod tests {
     fn failed(mut call: QpCall, rc: i32) -> QpCall {
         call.rc = rc;
         call
+    }
+
+    fn peer_ip(last: u8) -> Gid {
+        let mut raw = [0u8; 16];
+        raw[10..].copy_from_slice(&[0xff, 0xff, 198, 18, 0, last]);
+        Gid(raw)
+    }
+
+    /// A modify to RTR with an address vector to 198.18.0.`last`.
+    fn rtr_to(qp: u32, last: u8, at: u64) -> QpCall {
+        let mut call = modify(qp, Rtr, at, at + 1);
+        call.remote_gid = Some(peer_ip(last));
+        call.remote_qpn = Some(100 + qp);
+        call
+    }
+
+    fn peer_qps(c: &Correlator) -> Vec<(String, u32)> {
+        let mut peers: Vec<(String, u32)> = c
+            .peers()
+            .iter()
+            .map(|p| (p.gid.to_string(), p.qps))
+            .collect();
+        peers.sort();
+        peers
+    }
+
+    #[test]
+    fn peers_follow_the_remote_side_of_live_qps() {
+        let (mut c, _) = run(&[
+            create(1, 0, 1),
+            create(2, 0, 1),
+            modify(1, Init, 2, 3),
+            rtr_to(1, 2, 4),
+            rtr_to(2, 2, 5),
+        ]);
+        assert_eq!(peer_qps(&c), [("198.18.0.2".to_owned(), 2)]);
+        let since = c.peers().iter().next().unwrap().since_ns;
+        assert_eq!(since, 5, "since the first QP's modify ended");
+        let mut out = Vec::new();
+        // attribute-only and RTS modifies without an address keep the peer
+        c.handle(&modify(1, Rts, 10, 11), &mut out);
+        assert_eq!(peer_qps(&c), [("198.18.0.2".to_owned(), 2)]);
+        // reset forgets it, destroy drops it
+        c.handle(&modify(1, Reset, 12, 13), &mut out);
+        assert_eq!(peer_qps(&c), [("198.18.0.2".to_owned(), 1)]);
+        c.handle(&destroy(2, 14, 15), &mut out);
+        assert!(c.peers().is_empty());
+        let net: i64 = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::PeerQps { delta, .. } => Some(*delta),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(net, -2);
+        // a reset QP connected again, to another peer, then elsewhere
+        c.handle(&rtr_to(1, 3, 20), &mut out);
+        c.handle(&rtr_to(1, 4, 22), &mut out);
+        assert_eq!(peer_qps(&c), [("198.18.0.4".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn failed_modify_connects_no_peer_and_eviction_drops_it() {
+        let limits = Limits {
+            max_tracked_qps: 1,
+            ..Limits::default()
+        };
+        let mut c = Correlator::new(limits);
+        let mut out = Vec::new();
+        c.handle(&create(1, 0, 1), &mut out);
+        c.handle(&failed(rtr_to(1, 2, 2), -22), &mut out);
+        assert!(c.peers().is_empty());
+        c.handle(&rtr_to(1, 2, 4), &mut out);
+        assert_eq!(peer_qps(&c), [("198.18.0.2".to_owned(), 1)]);
+        c.handle(&create(2, 6, 7), &mut out);
+        assert!(c.peers().is_empty(), "the evicted QP's peer went with it");
     }
 
     fn run(calls: &[QpCall]) -> (Correlator, Vec<Observation>) {

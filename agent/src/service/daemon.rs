@@ -28,6 +28,7 @@ use crate::{
     model::pipeline::{EventSink, Pipeline},
     model::qp::Correlator,
     service::config::{self, RunArgs, Settings},
+    service::local_addrs::local_addresses,
     service::systemd::Notifier,
     synthetic::crosscheck::OwnCallLog,
     synthetic::prober::{ProbeSink, Prober},
@@ -173,6 +174,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let mut hup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
     let mut poll = tokio::time::interval(settings.module_poll_interval);
     let mut targets_file_check = targets_file_interval(&settings);
+    let mut discovery_check = discovery_interval(&settings);
     let mut watchdog = notifier.watchdog_interval().map(tokio::time::interval);
     let mut ready_sent = false;
     let mut probes_started = mode == Mode::Events;
@@ -189,6 +191,9 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                         apply_probes(&prober, &new).await;
                         if targets_file_check_period(&new) != targets_file_check_period(&settings) {
                             targets_file_check = targets_file_interval(&new);
+                        }
+                        if discovery_period(&new) != discovery_period(&settings) {
+                            discovery_check = discovery_interval(&new);
                         }
                         settings = new;
                     }
@@ -224,6 +229,11 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
             Some(_) = async { match targets_file_check.as_mut() { Some(t) => Some(t.tick().await), None => None } } => {
                 if probes_started {
                     with_prober(&prober, Prober::check_targets_file, "checking the targets file").await;
+                }
+            }
+            Some(_) = async { match discovery_check.as_mut() { Some(t) => Some(t.tick().await), None => None } } => {
+                if probes_started {
+                    update_discovered(&pipeline, &prober).await;
                 }
             }
             Some(_) = async { match watchdog.as_mut() { Some(w) => Some(w.tick().await), None => None } } => {
@@ -279,6 +289,47 @@ fn targets_file_interval(settings: &Settings) -> Option<tokio::time::Interval> {
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         interval
     })
+}
+
+/// How often the discovered mesh targets follow the live QPs' peers: twice
+/// per probe interval, within [0.25 s, 5 s].
+fn discovery_period(settings: &Settings) -> Option<Duration> {
+    let mesh = settings.mesh.as_ref().filter(|m| m.discover)?;
+    Some((mesh.interval / 2).clamp(Duration::from_millis(250), Duration::from_secs(5)))
+}
+
+fn discovery_interval(settings: &Settings) -> Option<tokio::time::Interval> {
+    discovery_period(settings).map(|period| {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    })
+}
+
+/// Hands the peers of the live QPs (read from the state machine) to the
+/// mesh, off the event loop.
+async fn update_discovered(pipeline: &Arc<Mutex<Pipeline>>, prober: &Arc<Mutex<Prober>>) {
+    let live: Vec<std::net::IpAddr> = pipeline
+        .lock()
+        .expect("not poisoned")
+        .correlator
+        .peers()
+        .iter()
+        .map(|peer| peer.gid.ip())
+        .collect();
+    let prober = Arc::clone(prober);
+    let done = tokio::task::spawn_blocking(move || {
+        let local = local_addresses();
+        prober.lock().expect("not poisoned").update_discovered(
+            std::time::Instant::now(),
+            &live,
+            &local,
+        );
+    })
+    .await;
+    if let Err(error) = done {
+        warn!(%error, "updating the discovered mesh targets");
+    }
 }
 
 /// Starts, stops and restarts the responder and probe threads to match

@@ -1,9 +1,10 @@
 //! Running as a service: configuration, the daemon loop, systemd, install,
-//! logging, the mesh's targets file.
+//! logging, the mesh's targets file, the host's own addresses.
 
 pub mod config;
 pub mod daemon;
 pub mod install;
+pub mod local_addrs;
 pub mod logging;
 pub mod systemd;
 pub mod targets_file;

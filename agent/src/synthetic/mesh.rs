@@ -1,15 +1,17 @@
 //! Fleet mode: the UD probe mesh ([`rdma_probe::mesh`]) run with the inline
-//! `mode = "ud"` targets and the targets file's, its callbacks counted into
-//! the mesh metrics, its UD QP cross-checked against the hooks.
+//! `mode = "ud"` targets, the targets file's and the discovered peers, its
+//! callbacks counted into the mesh metrics, its UD QP cross-checked against
+//! the hooks.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex},
+    time::Instant,
 };
 
 use rdma_probe::{
-    mesh::{Answer, Dropped, Mesh, MeshConfig, MeshHandle, MeshSink, MeshTarget},
+    mesh::{Answer, Dropped, Mesh, MeshConfig, MeshHandle, MeshSink, MeshTarget, DEFAULT_UD_PORT},
     Error, ProbeResult, QpCall,
 };
 use tracing::{debug, info, warn};
@@ -20,7 +22,7 @@ use crate::{
         config::{MeshSettings, Target},
         targets_file::{FileTarget, Reload, TargetsFileWatcher},
     },
-    synthetic::prober::ProbeSink,
+    synthetic::{discovery::Discovery, prober::ProbeSink},
 };
 
 /// The `target` label of the mesh's UD QP cross-check.
@@ -34,8 +36,10 @@ pub struct PlannedTarget {
     pub labels: BTreeMap<String, String>,
 }
 
-/// The targets to probe: inline ones first, then the file's, each key and
-/// each address once, at most `max_targets`.
+/// The targets to probe: inline ones first, then the file's, then the
+/// discovered peers (their responder at the default port, named by their
+/// address), each key and each address once, at most `max_targets`. A
+/// discovered peer that is configured already is left out silently.
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
     pub targets: Vec<PlannedTarget>,
@@ -45,7 +49,12 @@ pub struct Plan {
     pub refused: Vec<Arc<str>>,
 }
 
-pub fn plan(settings: &MeshSettings, inline: &[Target], file: &[FileTarget]) -> Plan {
+pub fn plan(
+    settings: &MeshSettings,
+    inline: &[Target],
+    file: &[FileTarget],
+    discovered: &[IpAddr],
+) -> Plan {
     let mesh_target = |key: &str, address: SocketAddr, source| MeshTarget {
         key: Arc::from(key),
         address,
@@ -63,6 +72,15 @@ pub fn plan(settings: &MeshSettings, inline: &[Target], file: &[FileTarget]) -> 
             target: mesh_target(&t.name, t.address, settings.source),
             source: TargetSource::File,
             labels: t.labels.clone(),
+        }))
+        .chain(discovered.iter().map(|&ip| PlannedTarget {
+            target: mesh_target(
+                &ip.to_string(),
+                SocketAddr::new(ip, DEFAULT_UD_PORT),
+                settings.source,
+            ),
+            source: TargetSource::Discovered,
+            labels: BTreeMap::new(),
         }));
     let mut plan = Plan::default();
     let mut keys = HashSet::new();
@@ -70,7 +88,9 @@ pub fn plan(settings: &MeshSettings, inline: &[Target], file: &[FileTarget]) -> 
     for candidate in candidates {
         let key = Arc::clone(&candidate.target.key);
         if keys.contains(&key) || addresses.contains(&candidate.target.address) {
-            plan.duplicates.push(key);
+            if candidate.source != TargetSource::Discovered {
+                plan.duplicates.push(key);
+            }
         } else if plan.targets.len() >= settings.max_targets {
             plan.refused.push(key);
         } else {
@@ -190,6 +210,8 @@ pub struct MeshProber {
     probed: HashMap<Arc<str>, PlannedTarget>,
     /// Refused at the last plan (each counted once while refused).
     refused: HashSet<Arc<str>>,
+    /// The peers of live QPs probed (`[mesh] discover`).
+    discovery: Option<Discovery>,
 }
 
 impl MeshProber {
@@ -207,6 +229,7 @@ impl MeshProber {
             failed: None,
             probed: HashMap::new(),
             refused: HashSet::new(),
+            discovery: None,
         }
     }
 
@@ -231,6 +254,18 @@ impl MeshProber {
         }
         self.settings = Some(settings.clone());
         self.inline = inline.to_vec();
+        match (&mut self.discovery, settings.discover) {
+            (Some(d), true) => {
+                d.set_limits(settings.discover_expiry, settings.discover_max_targets)
+            }
+            (None, true) => {
+                self.discovery = Some(Discovery::new(
+                    settings.discover_expiry,
+                    settings.discover_max_targets,
+                ))
+            }
+            (_, false) => self.discovery = None,
+        }
         let path = settings.targets_file.as_deref();
         if self.file.as_ref().map(TargetsFileWatcher::path) != path {
             self.file = path.and_then(|p| TargetsFileWatcher::new(p.to_owned()));
@@ -252,6 +287,38 @@ impl MeshProber {
             self.start_engine(config);
         }
         self.push_targets();
+    }
+
+    /// Whether the mesh probes the peers of live QPs.
+    pub fn discovering(&self) -> bool {
+        self.discovery.is_some()
+    }
+
+    /// The remote addresses of the live QPs now (`live`) and this host's own:
+    /// re-plans if a discovered target came or expired.
+    pub fn update_discovered(&mut self, now: Instant, live: &[IpAddr], local: &HashSet<IpAddr>) {
+        let Some(discovery) = self.discovery.as_mut() else {
+            return;
+        };
+        let update = discovery.update(now, live, local);
+        if !update.refused.is_empty() {
+            warn!(
+                first = %update.refused[0],
+                count = update.refused.len(),
+                "discovered peers beyond discover_max_targets are not probed"
+            );
+            for _ in &update.refused {
+                self.reporter
+                    .sink
+                    .metrics
+                    .limits
+                    .label_overflow("discovered_target");
+            }
+        }
+        if update.changed() {
+            info!(added = ?update.added, expired = ?update.expired, "discovered mesh targets");
+            self.push_targets();
+        }
     }
 
     /// Checks the targets file, and re-plans if it changed.
@@ -302,7 +369,12 @@ impl MeshProber {
         let Some(settings) = &self.settings else {
             return;
         };
-        let plan = plan(settings, &self.inline, &self.file_targets);
+        let discovered: Vec<IpAddr> = self
+            .discovery
+            .as_ref()
+            .map(|d| d.targets().collect())
+            .unwrap_or_default();
+        let plan = plan(settings, &self.inline, &self.file_targets, &discovered);
         let metrics = &self.reporter.sink.metrics;
         if !plan.duplicates.is_empty() {
             warn!(
@@ -443,6 +515,7 @@ impl MeshProber {
         self.file = None;
         self.file_targets.clear();
         self.inline.clear();
+        self.discovery = None;
     }
 }
 
@@ -491,9 +564,19 @@ mod tests {
             &settings,
             &[inline("peer2", "198.18.0.2:9723")],
             &[file("198.18.0.2", "r1"), file("198.18.0.3", "r1")],
+            &["198.18.0.3".parse().unwrap(), "198.18.0.4".parse().unwrap()],
         );
-        assert_eq!(keys(&plan.targets), ["peer2", "198.18.0.3"]);
-        assert_eq!(plan.duplicates, [Arc::from("198.18.0.2")]);
+        assert_eq!(keys(&plan.targets), ["peer2", "198.18.0.3", "198.18.0.4"]);
+        assert_eq!(
+            plan.duplicates,
+            [Arc::from("198.18.0.2")],
+            "a discovered peer configured already is no duplicate to report"
+        );
+        assert_eq!(plan.targets[2].source, TargetSource::Discovered);
+        assert_eq!(
+            plan.targets[2].target.address,
+            SocketAddr::new("198.18.0.4".parse().unwrap(), DEFAULT_UD_PORT)
+        );
         assert_eq!(plan.targets[0].source, TargetSource::Config);
         assert_eq!(plan.targets[1].source, TargetSource::File);
         assert_eq!(plan.targets[1].labels["rack"], "r1");
@@ -510,7 +593,7 @@ mod tests {
             ..MeshSettings::default()
         };
         let targets: Vec<FileTarget> = (2..6).map(|i| file(&format!("198.18.0.{i}"), "")).collect();
-        let plan = plan(&settings, &[], &targets);
+        let plan = plan(&settings, &[], &targets, &[]);
         assert_eq!(keys(&plan.targets), ["198.18.0.2", "198.18.0.3"]);
         assert_eq!(
             plan.refused,

@@ -265,6 +265,21 @@ impl Prober {
         self.mesh.retry();
     }
 
+    /// Whether the mesh probes the peers of live QPs.
+    pub fn discovering(&self) -> bool {
+        self.mesh.discovering()
+    }
+
+    /// The mesh's discovered targets follow the live QPs' peers.
+    pub fn update_discovered(
+        &mut self,
+        now: std::time::Instant,
+        live: &[std::net::IpAddr],
+        local: &std::collections::HashSet<std::net::IpAddr>,
+    ) {
+        self.mesh.update_discovered(now, live, local);
+    }
+
     /// Re-reads the mesh's targets file if it changed.
     pub fn check_targets_file(&mut self) {
         self.mesh.check_targets_file();

@@ -33,15 +33,22 @@ pub enum TargetSource {
     Config,
     /// The targets file.
     File,
+    /// A remote peer of the host's live QPs (`[mesh] discover`).
+    Discovered,
 }
 
 impl TargetSource {
-    pub const ALL: [TargetSource; 2] = [TargetSource::Config, TargetSource::File];
+    pub const ALL: [TargetSource; 3] = [
+        TargetSource::Config,
+        TargetSource::File,
+        TargetSource::Discovered,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             TargetSource::Config => "config",
             TargetSource::File => "file",
+            TargetSource::Discovered => "discovered",
         }
     }
 }

@@ -6,7 +6,9 @@
 //! dispatches each [`Observation`] to its group.
 //!
 //! Label values are bounded: device names (capped by the correlator), QP types,
-//! QP states and errno names from fixed tables. No qp_num, pid or address labels.
+//! QP states and errno names from fixed tables. No qp_num or pid labels; the
+//! only address labels (`peer`, the mesh's `target`) are capped with an
+//! overflow count.
 
 mod buckets;
 mod build_info;
@@ -16,6 +18,7 @@ pub mod hooks;
 pub mod ib_cm;
 pub mod limits;
 pub mod mesh;
+pub mod peers;
 pub mod probes;
 mod process;
 pub mod qp;
@@ -48,6 +51,7 @@ pub struct Metrics {
     pub probes: probes::ProbeMetrics,
     pub responder: responder::ResponderMetrics,
     pub mesh: mesh::MeshMetrics,
+    pub peers: peers::PeerMetrics,
 }
 
 impl Metrics {
@@ -74,6 +78,7 @@ impl Metrics {
         let probes = probes::ProbeMetrics::new(&mut r, buckets);
         let responder = responder::ResponderMetrics::new(&mut r);
         let mesh = mesh::MeshMetrics::new(&mut r, buckets, target_labels);
+        let peers = peers::PeerMetrics::new(&mut r);
         Metrics {
             registry,
             families,
@@ -85,6 +90,7 @@ impl Metrics {
             probes,
             responder,
             mesh,
+            peers,
         }
     }
 
@@ -142,6 +148,12 @@ impl Observer for Metrics {
             Observation::InvalidState => self.events.invalid_state(),
             Observation::Evicted => self.limits.evicted(),
             Observation::LabelOverflow { label } => self.limits.label_overflow(label),
+            Observation::PeerQps {
+                device,
+                peer,
+                delta,
+            } => self.peers.peer_qps(&device, &peer, delta),
+            Observation::Peers { device, delta } => self.peers.peers(&device, delta),
             Observation::LiveCmIds { state, delta } => self.cm.live_ids(&state, delta),
             Observation::CmEvent {
                 event,

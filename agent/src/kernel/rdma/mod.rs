@@ -3,7 +3,7 @@
 //! with rdma-probe; the VM suite checks the tables against the running
 //! kernel's BTF (below).
 
-pub use qpwatch_common::vocab::{cm_event, cm_event_name, errno_label, QpState, QpType};
+pub use qpwatch_common::vocab::{cm_event, cm_event_name, errno_label, Gid, QpState, QpType};
 
 pub mod netlink;
 

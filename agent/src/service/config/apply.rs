@@ -9,10 +9,10 @@ use super::{
     cli::{LogFormat, ProbeModeSetting, RunArgs},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MESH_INTERVAL,
-        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        Limit, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
+        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
+        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
+        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     rules::{
         check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
@@ -75,6 +75,7 @@ pub(super) struct Input {
     pub max_tracked_qps: Option<Given<i64>>,
     pub max_device_labels: Option<Given<i64>>,
     pub max_process_labels: Option<Given<i64>>,
+    pub max_peer_labels: Option<Given<i64>>,
     pub buckets_call_latency: Option<Given<Vec<f64>>>,
     pub buckets_dwell: Option<Given<Vec<f64>>>,
     pub buckets_lifetime: Option<Given<Vec<f64>>>,
@@ -98,6 +99,9 @@ pub(super) struct MeshInput {
     pub target_labels: Option<Given<Vec<String>>>,
     pub max_targets: Option<Given<i64>>,
     pub source: Option<Given<String>>,
+    pub discover: Option<bool>,
+    pub discover_expiry_seconds: Option<Given<f64>>,
+    pub discover_max_targets: Option<Given<i64>>,
 }
 
 impl MeshInput {
@@ -124,6 +128,15 @@ impl MeshInput {
             MESH_MAX_TARGETS.integer(*v).map(|v| v as usize)
         })?;
         set(&mut m.source, &self.source, |v| check_source(v).map(Some))?;
+        m.discover = self.discover.unwrap_or(m.discover);
+        set(&mut m.discover_expiry, &self.discover_expiry_seconds, |v| {
+            MESH_DISCOVER_EXPIRY.seconds(*v)
+        })?;
+        set(
+            &mut m.discover_max_targets,
+            &self.discover_max_targets,
+            |v| MESH_DISCOVER_MAX_TARGETS.integer(*v).map(|v| v as usize),
+        )?;
         Ok(m)
     }
 }
@@ -195,6 +208,11 @@ impl Input {
                 MAX_PROCESS_LABELS,
                 &self.max_process_labels,
                 &mut s.limits.max_process_labels,
+            ),
+            (
+                MAX_PEER_LABELS,
+                &self.max_peer_labels,
+                &mut s.limits.max_peer_labels,
             ),
         ] {
             set(slot, given, |v| limit.integer(*v).map(|v| v as usize))?;
@@ -348,6 +366,7 @@ impl RunArgs {
             max_tracked_qps: limited(&MAX_TRACKED_QPS, self.max_tracked_qps),
             max_device_labels: limited(&MAX_DEVICE_LABELS, self.max_device_labels),
             max_process_labels: limited(&MAX_PROCESS_LABELS, self.max_process_labels),
+            max_peer_labels: limited(&MAX_PEER_LABELS, self.max_peer_labels),
             buckets_call_latency: buckets("--buckets-call-latency", &self.buckets_call_latency),
             buckets_dwell: buckets("--buckets-dwell", &self.buckets_dwell),
             buckets_lifetime: buckets("--buckets-lifetime", &self.buckets_lifetime),
@@ -392,6 +411,12 @@ impl RunArgs {
                 .then(|| Given::flag("--mesh-target-label", self.mesh_target_labels.clone())),
             max_targets: limited(&MESH_MAX_TARGETS, self.mesh_max_targets),
             source: flag("--mesh-source", &self.mesh_source),
+            discover: self.mesh_discover.then_some(true),
+            discover_expiry_seconds: seconds(&MESH_DISCOVER_EXPIRY, self.mesh_discover_expiry),
+            discover_max_targets: limited(
+                &MESH_DISCOVER_MAX_TARGETS,
+                self.mesh_discover_max_targets,
+            ),
         };
         let any = m.listen.is_some()
             || m.interval_seconds.is_some()
@@ -400,7 +425,10 @@ impl RunArgs {
             || m.targets_file_check_seconds.is_some()
             || m.target_labels.is_some()
             || m.max_targets.is_some()
-            || m.source.is_some();
+            || m.source.is_some()
+            || m.discover.is_some()
+            || m.discover_expiry_seconds.is_some()
+            || m.discover_max_targets.is_some();
         (self.mesh || any).then_some(m)
     }
 }

@@ -189,6 +189,9 @@ pub struct RunArgs {
     /// `limits.max_process_labels` [default: 20].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_process_labels: Option<i64>,
+    /// `limits.max_peer_labels` [default: 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_peer_labels: Option<i64>,
     /// `buckets.call_latency`: comma-separated upper bounds in seconds.
     #[arg(
         long,
@@ -270,4 +273,13 @@ pub struct RunArgs {
     /// `mesh.source`: the local address to probe from [default: routing decides].
     #[arg(long, value_name = "ADDR")]
     pub mesh_source: Option<String>,
+    /// `mesh.discover`: probe the remote peers of the host's live QPs too.
+    #[arg(long)]
+    pub mesh_discover: bool,
+    /// `mesh.discover_expiry_seconds`: a discovered target is dropped this long after its last QP [default: 60].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub mesh_discover_expiry: Option<f64>,
+    /// `mesh.discover_max_targets`: discovered targets at most; the rest are counted [default: 256].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub mesh_discover_max_targets: Option<i64>,
 }

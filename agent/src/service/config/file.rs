@@ -16,10 +16,10 @@ use super::{
     cli::{LogFormat, ProbeModeSetting},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS, MESH_INTERVAL,
-        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        Limit, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
+        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
+        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
+        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     settings::Settings,
 };
@@ -65,6 +65,9 @@ struct FileMesh {
     target_labels: Option<Spanned<Vec<String>>>,
     max_targets: Option<Spanned<i64>>,
     source: Option<Spanned<String>>,
+    discover: Option<bool>,
+    discover_expiry_seconds: Option<Spanned<f64>>,
+    discover_max_targets: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,6 +88,7 @@ struct FileLimits {
     max_tracked_qps: Option<Spanned<i64>>,
     max_device_labels: Option<Spanned<i64>>,
     max_process_labels: Option<Spanned<i64>>,
+    max_peer_labels: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -236,6 +240,7 @@ impl FileConfig {
             max_tracked_qps: cx.limited(&MAX_TRACKED_QPS, None, &l.max_tracked_qps),
             max_device_labels: cx.limited(&MAX_DEVICE_LABELS, None, &l.max_device_labels),
             max_process_labels: cx.limited(&MAX_PROCESS_LABELS, None, &l.max_process_labels),
+            max_peer_labels: cx.limited(&MAX_PEER_LABELS, None, &l.max_peer_labels),
             buckets_call_latency: cx.given_opt("buckets.call_latency", &b.call_latency),
             buckets_dwell: cx.given_opt("buckets.dwell", &b.dwell),
             buckets_lifetime: cx.given_opt("buckets.lifetime", &b.lifetime),
@@ -267,6 +272,17 @@ impl FileConfig {
                 target_labels: cx.given_opt("mesh.target_labels", &m.target_labels),
                 max_targets: cx.limited(&MESH_MAX_TARGETS, None, &m.max_targets),
                 source: cx.given_opt("mesh.source", &m.source),
+                discover: m.discover,
+                discover_expiry_seconds: cx.limited(
+                    &MESH_DISCOVER_EXPIRY,
+                    None,
+                    &m.discover_expiry_seconds,
+                ),
+                discover_max_targets: cx.limited(
+                    &MESH_DISCOVER_MAX_TARGETS,
+                    None,
+                    &m.discover_max_targets,
+                ),
             }),
         }
     }

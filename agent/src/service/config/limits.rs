@@ -90,6 +90,14 @@ pub const MAX_PROCESS_LABELS: Limit = Limit {
     unit: "label values",
 };
 
+pub const MAX_PEER_LABELS: Limit = Limit {
+    section: "limits",
+    key: "max_peer_labels",
+    flag: Some("--max-peer-labels"),
+    range: Range::Integer { min: 1, max: 4096 },
+    unit: "label values",
+};
+
 pub const TARGET_INTERVAL: Limit = Limit {
     section: "targets",
     key: "interval_seconds",
@@ -174,6 +182,25 @@ pub const MESH_TARGETS_FILE_CHECK: Limit = Limit {
     unit: "seconds",
 };
 
+pub const MESH_DISCOVER_EXPIRY: Limit = Limit {
+    section: "mesh",
+    key: "discover_expiry_seconds",
+    flag: Some("--mesh-discover-expiry"),
+    range: Range::Seconds { min: 1.0, max: DAY },
+    unit: "seconds",
+};
+
+pub const MESH_DISCOVER_MAX_TARGETS: Limit = Limit {
+    section: "mesh",
+    key: "discover_max_targets",
+    flag: Some("--mesh-discover-max-targets"),
+    range: Range::Integer {
+        min: 1,
+        max: 100_000,
+    },
+    unit: "targets",
+};
+
 pub const MESH_MAX_TARGETS: Limit = Limit {
     section: "mesh",
     key: "max_targets",
@@ -186,12 +213,13 @@ pub const MESH_MAX_TARGETS: Limit = Limit {
 };
 
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 14] = [
+pub const LIMITS: [Limit; 17] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
     MAX_TRACKED_QPS,
     MAX_DEVICE_LABELS,
     MAX_PROCESS_LABELS,
+    MAX_PEER_LABELS,
     TARGET_INTERVAL,
     TARGET_JITTER,
     TARGET_PINGS,
@@ -201,6 +229,8 @@ pub const LIMITS: [Limit; 14] = [
     MESH_TIMEOUT,
     MESH_TARGETS_FILE_CHECK,
     MESH_MAX_TARGETS,
+    MESH_DISCOVER_EXPIRY,
+    MESH_DISCOVER_MAX_TARGETS,
 ];
 
 impl Limit {
@@ -300,9 +330,11 @@ mod tests {
             (MAX_TRACKED_QPS, s.limits.max_tracked_qps as i64),
             (MAX_DEVICE_LABELS, s.limits.max_device_labels as i64),
             (MAX_PROCESS_LABELS, s.limits.max_process_labels as i64),
+            (MAX_PEER_LABELS, s.limits.max_peer_labels as i64),
             (TARGET_PINGS, i64::from(t.pings)),
             (TARGET_MESSAGE_SIZE, t.message_size as i64),
             (MESH_MAX_TARGETS, m.max_targets as i64),
+            (MESH_DISCOVER_MAX_TARGETS, m.discover_max_targets as i64),
         ] {
             assert_eq!(limit.integer(value), Ok(value), "{limit:?}");
         }
@@ -311,6 +343,7 @@ mod tests {
             (TARGET_INTERVAL, t.interval),
             (TARGET_TIMEOUT, t.timeout),
             (MESH_INTERVAL, m.interval),
+            (MESH_DISCOVER_EXPIRY, m.discover_expiry),
             (MESH_TIMEOUT, m.timeout),
             (MESH_TARGETS_FILE_CHECK, m.targets_file_check),
         ] {

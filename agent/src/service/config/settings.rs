@@ -72,6 +72,11 @@ pub struct MeshSettings {
     pub max_targets: usize,
     /// Local address to probe from.
     pub source: Option<IpAddr>,
+    /// The remote peers of live QPs become targets (service-aware probing).
+    pub discover: bool,
+    /// A discovered target is dropped this long after its last QP closed.
+    pub discover_expiry: Duration,
+    pub discover_max_targets: usize,
 }
 
 impl Default for MeshSettings {
@@ -85,6 +90,9 @@ impl Default for MeshSettings {
             target_labels: Vec::new(),
             max_targets: 2000,
             source: None,
+            discover: false,
+            discover_expiry: Duration::from_secs(60),
+            discover_max_targets: 256,
         }
     }
 }
