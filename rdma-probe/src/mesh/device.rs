@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
+use log::debug;
 use qpwatch_common::vocab::QpState;
 use rdma_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_wc, ibv_wc_flags, RDMA_UDP_QKEY};
 
@@ -72,6 +73,9 @@ pub struct Device {
     inline: bool,
     /// A failed completion: the QP is torn down and made anew.
     pub broken: bool,
+    /// The device's core clock (kHz) if it stamps completions; not read
+    /// yet: the mesh times with CLOCK_MONOTONIC.
+    pub completion_clock_khz: Option<u64>,
 }
 
 pub enum SendError {
@@ -85,6 +89,10 @@ impl Device {
     pub fn create(anchor: Arc<CmId>, message_size: usize) -> Result<(Device, Vec<QpCall>), Error> {
         let name = anchor.device_name().unwrap_or_else(|| "?".into());
         let port_num = anchor.port_num();
+        let completion_clock_khz = anchor.completion_clock_khz().unwrap_or_else(|e| {
+            debug!("mesh: {name}: {e}");
+            None
+        });
         let pd = ProtectionDomain::alloc(&anchor)?;
         let channel = CompletionChannel::create(&anchor)?;
         let cq = CompletionQueue::create(&channel, (RECV_DEPTH + SEND_DEPTH + 16) as i32)?;
@@ -160,6 +168,7 @@ impl Device {
             message_size,
             inline,
             broken: false,
+            completion_clock_khz,
         };
         for slot in 0..RECV_DEPTH {
             device.repost(slot)?;

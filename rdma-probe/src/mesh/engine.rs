@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 use qpwatch_common::vocab::CmEventKind;
 use rdma_sys::{ibv_wc, ibv_wc_status, rdma_conn_param};
 
@@ -382,6 +382,14 @@ impl Engine {
         }
         let anchor_raw = anchor.raw() as usize;
         let (device, calls) = Device::create(anchor, self.config.message_size)?;
+        match device.completion_clock_khz {
+            Some(khz) => info!(
+                "mesh: {}: the device stamps completions ({khz} kHz core clock); \
+                 the mesh times with CLOCK_MONOTONIC",
+                device.name
+            ),
+            None => debug!("mesh: {}: no completion timestamps", device.name),
+        }
         self.sink.qp_created(&device.name, device.qp_num(), &calls);
         self.anchors.insert(anchor_raw, key);
         self.devices.insert(key, device);
