@@ -32,6 +32,13 @@ pub const AH_CACHE: usize = 4096;
 /// Work request ids: sends have this bit set, the rest is the slot.
 pub const SEND_FLAG: u64 = 1 << 63;
 
+/// The probe a send slot carries (answers carry none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub target: u64,
+    pub seq: u64,
+}
+
 /// A peer's UD QP as seen in a received message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct PeerKey {
@@ -67,8 +74,8 @@ pub struct Device {
     pub channel: Arc<CompletionChannel>,
     pub anchor: Arc<CmId>,
     free_slots: Vec<usize>,
-    /// The target a send slot carries a probe for (for failed completions).
-    slot_owner: Vec<Option<u64>>,
+    /// The probe a send slot carries (for its send completion).
+    slot_owner: Vec<Option<Probe>>,
     message_size: usize,
     inline: bool,
     /// A failed completion: the QP is torn down and made anew.
@@ -201,9 +208,9 @@ impl Device {
         grh
     }
 
-    /// A send completed: its slot is free again; returns the target it
-    /// carried a probe for.
-    pub fn send_done(&mut self, slot: usize) -> Option<u64> {
+    /// A send completed: its slot is free again; returns the probe it
+    /// carried.
+    pub fn send_done(&mut self, slot: usize) -> Option<Probe> {
         if slot >= SEND_DEPTH || self.free_slots.contains(&slot) {
             return None;
         }
@@ -219,7 +226,7 @@ impl Device {
         ah: &AddressHandle,
         remote_qpn: u32,
         remote_qkey: u32,
-        owner: Option<u64>,
+        owner: Option<Probe>,
     ) -> Result<u64, SendError> {
         let Some(slot) = self.free_slots.pop() else {
             return Err(SendError::QueueFull);

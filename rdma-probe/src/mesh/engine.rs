@@ -16,10 +16,10 @@ use crate::step::Step;
 use crate::time::monotonic_ns;
 use crate::verbs::{poll_fds, pollin, AddressHandle, CmEvent, CmId, EventChannel, EventFd};
 
-use super::device::{AnswerError, Device, SendError, SEND_FLAG};
+use super::device::{AnswerError, Device, Probe, SendError, SEND_FLAG};
 use super::schedule::{nanos, next_due, phase_due, InFlight, Timers};
 use super::wire::{Kind, Message};
-use super::{Answer, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
+use super::{Answer, Clock, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
 
 /// Target resolutions under way at most.
 const RESOLVING_MAX: usize = 32;
@@ -605,7 +605,7 @@ impl Engine {
                 &route.ah,
                 route.remote_qpn,
                 route.remote_qkey,
-                Some(id),
+                Some(Probe { target: id, seq }),
             );
             let more = self.limit.is_none_or(|limit| target.attempts < limit);
             if more {
@@ -706,9 +706,11 @@ impl Engine {
                     "mesh: {}: send completion failed (status {})",
                     device.name, wc.status
                 );
-                if let Some(id) = owner {
-                    self.unresolve(id);
+                if let Some(probe) = owner {
+                    self.unresolve(probe.target);
                 }
+            } else if let Some(probe) = owner.filter(|_| self.config.rtt_breakdown) {
+                self.in_flight.send_completed(probe.seq, now);
             }
             return;
         }
@@ -762,6 +764,11 @@ impl Engine {
                                 received_ns: now,
                                 responder_rx_ns: answer.responder_rx_ns,
                                 responder_tx_ns: answer.responder_tx_ns,
+                                prober_delay_ns: self
+                                    .config
+                                    .rtt_breakdown
+                                    .then(|| sent.prober_delay_ns(now)),
+                                clock: Clock::Software,
                             },
                         );
                     }
