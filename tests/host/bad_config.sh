@@ -58,6 +58,7 @@ file_case "mesh: bad target label" "qpwatch.toml:2:17: mesh.target_labels: \"to-
 file_case "mesh: reserved target label" "qpwatch.toml:2:17: mesh.target_labels: \"target\"" '[mesh]\ntarget_labels = ["target"]'
 file_case "mesh: targets file extension" "qpwatch.toml:2:16: mesh.targets_file: \"/etc/qpwatch/targets.txt\": the extension tells the format" '[mesh]\ntargets_file = "/etc/qpwatch/targets.txt"'
 file_case "mesh: zero max targets" "qpwatch.toml:2:15: mesh.max_targets: 0 is not between 1 and 100000" '[mesh]\nmax_targets = 0'
+file_case "mesh: rtt_breakdown not a boolean" "qpwatch.toml:2:17: mesh.rtt_breakdown: invalid type: string \"yes\", expected a boolean" '[mesh]\nrtt_breakdown = "yes"'
 file_case "mesh: unknown key" "qpwatch.toml:2:1: mesh.interval: unknown field" '[mesh]\ninterval = 1'
 file_case "ud target without [mesh]" "qpwatch.toml:4:8: targets[0].mode: \"ud\" targets are probed by the mesh" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"'
 file_case "ud target with an RC key" "qpwatch.toml:6:9: targets[0].pings: not used by mode = \"ud\"" '[mesh]\n[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"\npings = 3'
@@ -79,6 +80,7 @@ flag_case "flag: unknown flag" "--bogus" --bogus
 flag_case "flag: mesh interval too short" "--mesh-interval: 0.001 is not a number of seconds between 0.01 and 3600" --mesh-interval 0.001
 flag_case "flag: duplicate target label" "--mesh-target-label: \"rack\" is named twice" --mesh-target-label rack --mesh-target-label rack
 flag_case "flag: targets file extension" "--mesh-targets-file: \"targets.csv\"" --mesh-targets-file targets.csv
+flag_case "flag: rtt breakdown not a boolean" "--mesh-rtt-breakdown" --mesh-rtt-breakdown yes
 echo
 for spelling in "check-config packaging/qpwatch.toml" "check-config --config packaging/qpwatch.toml"; do
   # shellcheck disable=SC2086

@@ -270,4 +270,7 @@ pub struct RunArgs {
     /// `mesh.source`: the local address to probe from [default: routing decides].
     #[arg(long, value_name = "ADDR")]
     pub mesh_source: Option<String>,
+    /// `mesh.rtt_breakdown`: network RTT, responder and prober delay histograms [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub mesh_rtt_breakdown: Option<bool>,
 }

@@ -72,6 +72,10 @@ pub struct MeshSettings {
     pub max_targets: usize,
     /// Local address to probe from.
     pub source: Option<IpAddr>,
+    /// Break each answer's RTT down (network RTT, responder and prober
+    /// delays): three more histograms per target, and the probes' send
+    /// completions looked up.
+    pub rtt_breakdown: bool,
 }
 
 impl Default for MeshSettings {
@@ -85,6 +89,7 @@ impl Default for MeshSettings {
             target_labels: Vec::new(),
             max_targets: 2000,
             source: None,
+            rtt_breakdown: true,
         }
     }
 }
