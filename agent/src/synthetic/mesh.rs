@@ -158,7 +158,7 @@ impl MeshSink for MeshReporter {
     }
 
     fn answered(&self, target: &Arc<str>, answer: &Answer) {
-        self.sink.metrics.mesh.answered(target, answer.rtt());
+        self.sink.metrics.mesh.answered(target, answer);
     }
 
     fn lost(&self, target: &Arc<str>, _seq: u64) {
