@@ -417,6 +417,25 @@ impl CmId {
         unsafe { (*self.raw()).port_num }
     }
 
+    /// The core clock (kHz) of the bound device if it stamps completions
+    /// (`ibv_query_device_ex`: a completion timestamp mask and a core clock),
+    /// `None` if it does not.
+    pub fn completion_clock_khz(&self) -> Result<Option<u64>, Error> {
+        let verbs = self.verbs()?;
+        // SAFETY: ibv_device_attr_ex is plain old data; all-zero is valid
+        // (and what a provider without query_device_ex leaves in the
+        // extended fields).
+        let mut attr: ibv_device_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: the context is live while the id is; no input, `attr`
+        // lives for the call.
+        let rc = unsafe { ibv_query_device_ex(verbs.as_ptr(), ptr::null(), &mut attr) };
+        if rc != 0 {
+            return Err(Error::verbs_rc("ibv_query_device_ex", rc));
+        }
+        let stamps = attr.completion_timestamp_mask != 0 && attr.hca_core_clock != 0;
+        Ok(stamps.then_some(attr.hca_core_clock))
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         // SAFETY: live id; the source address is a sockaddr_storage inside it.
         unsafe { socket_addr_of(rdma_get_local_addr(&*self.raw())) }

@@ -106,6 +106,7 @@ fn mesh_config(settings: &MeshSettings) -> MeshConfig {
     MeshConfig {
         listen: settings.listen,
         timeout: settings.timeout,
+        rtt_breakdown: settings.rtt_breakdown,
         ..MeshConfig::default()
     }
 }
@@ -178,7 +179,7 @@ impl MeshSink for MeshReporter {
     }
 
     fn answered(&self, target: &Arc<str>, answer: &Answer) {
-        self.sink.metrics.mesh.answered(target, answer.rtt());
+        self.sink.metrics.mesh.answered(target, answer);
     }
 
     fn lost(&self, target: &Arc<str>, _seq: u64) {
@@ -266,6 +267,7 @@ impl MeshProber {
             }
             (_, false) => self.discovery = None,
         }
+        self.metrics().set_rtt_breakdown(settings.rtt_breakdown);
         let path = settings.targets_file.as_deref();
         if self.file.as_ref().map(TargetsFileWatcher::path) != path {
             self.file = path.and_then(|p| TargetsFileWatcher::new(p.to_owned()));
@@ -436,7 +438,11 @@ impl MeshProber {
         let sink: Arc<dyn MeshSink> = self.reporter.clone();
         match Mesh::spawn(config.clone(), sink) {
             Ok(handle) => {
-                info!(listen = ?config.listen, "UD probe mesh running");
+                info!(
+                    listen = ?config.listen,
+                    rtt_breakdown = config.rtt_breakdown,
+                    "UD probe mesh running"
+                );
                 self.reporter.sink.metrics.mesh.started();
                 self.reporter
                     .sink
@@ -674,6 +680,77 @@ mod tests {
         assert!(!text.contains("qpwatch_mesh_targets{"));
         assert!(!text.contains("qpwatch_mesh_targets_file_ok "));
         assert!(!mesh.pending());
+    }
+
+    /// `rtt_breakdown` reaches the mesh's config and the series; answers
+    /// feed the breakdown only while it is on.
+    #[test]
+    fn rtt_breakdown_follows_the_config() {
+        use crate::export::metrics::{render, Buckets, Metrics};
+        use rdma_probe::mesh::Clock;
+
+        let metrics = Metrics::new(&Buckets::default(), "k");
+        let sink = ProbeSink {
+            metrics: metrics.clone(),
+            own_calls: Default::default(),
+            qp_tracing: Default::default(),
+        };
+        let mut mesh = MeshProber::new(sink);
+        let on = MeshSettings {
+            listen: None,
+            ..MeshSettings::default()
+        };
+        let off = MeshSettings {
+            rtt_breakdown: false,
+            ..on.clone()
+        };
+        assert!(mesh_config(&on).rtt_breakdown);
+        assert!(!mesh_config(&off).rtt_breakdown);
+
+        let peer: Arc<str> = Arc::from("peer2");
+        let answer = Answer {
+            seq: 1,
+            sent_ns: 0,
+            received_ns: 80_000,
+            responder_rx_ns: 10,
+            responder_tx_ns: 20_010,
+            prober_delay_ns: Some(9_000),
+            clock: Clock::Software,
+        };
+        let count = |text: &str, family: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{family}_count{{")) && l.contains("peer2"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        };
+        mesh.apply(Some(&off), &[inline("peer2", "198.18.0.2:9723")]);
+        mesh.reporter.answered(&peer, &answer);
+        let text = render(&metrics.registry);
+        assert_eq!(count(&text, "qpwatch_mesh_probe_rtt_seconds"), Some(1.0));
+        assert_eq!(count(&text, "qpwatch_mesh_probe_network_rtt_seconds"), None);
+        assert!(
+            !text.contains("qpwatch_mesh_prober_delay_seconds"),
+            "{text}"
+        );
+        assert!(!text.contains("qpwatch_mesh_responder_delay_seconds"));
+
+        // on (a SIGHUP): the series from 0, fed by the next answers
+        mesh.apply(Some(&on), &[inline("peer2", "198.18.0.2:9723")]);
+        mesh.reporter.answered(&peer, &answer);
+        let text = render(&metrics.registry);
+        assert_eq!(count(&text, "qpwatch_mesh_probe_rtt_seconds"), Some(2.0));
+        for family in [
+            "qpwatch_mesh_probe_network_rtt_seconds",
+            "qpwatch_mesh_responder_delay_seconds",
+            "qpwatch_mesh_prober_delay_seconds",
+        ] {
+            assert_eq!(count(&text, family), Some(1.0), "{family}");
+        }
+        assert!(text.contains(
+            "qpwatch_mesh_probe_network_rtt_seconds_sum{clock=\"software\",target=\"peer2\"} 0.00006"
+        ));
+
+        mesh.apply(None, &[]);
+        assert!(!render(&metrics.registry).contains("peer2"));
     }
 
     #[test]

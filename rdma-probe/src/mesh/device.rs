@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
+use log::debug;
 use qpwatch_common::vocab::QpState;
 use rdma_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_wc, ibv_wc_flags, RDMA_UDP_QKEY};
 
@@ -30,6 +31,13 @@ pub const AH_CACHE: usize = 4096;
 
 /// Work request ids: sends have this bit set, the rest is the slot.
 pub const SEND_FLAG: u64 = 1 << 63;
+
+/// The probe a send slot carries (answers carry none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub target: u64,
+    pub seq: u64,
+}
 
 /// A peer's UD QP as seen in a received message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,12 +74,15 @@ pub struct Device {
     pub channel: Arc<CompletionChannel>,
     pub anchor: Arc<CmId>,
     free_slots: Vec<usize>,
-    /// The target a send slot carries a probe for (for failed completions).
-    slot_owner: Vec<Option<u64>>,
+    /// The probe a send slot carries (for its send completion).
+    slot_owner: Vec<Option<Probe>>,
     message_size: usize,
     inline: bool,
     /// A failed completion: the QP is torn down and made anew.
     pub broken: bool,
+    /// The device's core clock (kHz) if it stamps completions; not read
+    /// yet: the mesh times with CLOCK_MONOTONIC.
+    pub completion_clock_khz: Option<u64>,
 }
 
 pub enum SendError {
@@ -85,6 +96,10 @@ impl Device {
     pub fn create(anchor: Arc<CmId>, message_size: usize) -> Result<(Device, Vec<QpCall>), Error> {
         let name = anchor.device_name().unwrap_or_else(|| "?".into());
         let port_num = anchor.port_num();
+        let completion_clock_khz = anchor.completion_clock_khz().unwrap_or_else(|e| {
+            debug!("mesh: {name}: {e}");
+            None
+        });
         let pd = ProtectionDomain::alloc(&anchor)?;
         let channel = CompletionChannel::create(&anchor)?;
         let cq = CompletionQueue::create(&channel, (RECV_DEPTH + SEND_DEPTH + 16) as i32)?;
@@ -160,6 +175,7 @@ impl Device {
             message_size,
             inline,
             broken: false,
+            completion_clock_khz,
         };
         for slot in 0..RECV_DEPTH {
             device.repost(slot)?;
@@ -192,9 +208,9 @@ impl Device {
         grh
     }
 
-    /// A send completed: its slot is free again; returns the target it
-    /// carried a probe for.
-    pub fn send_done(&mut self, slot: usize) -> Option<u64> {
+    /// A send completed: its slot is free again; returns the probe it
+    /// carried.
+    pub fn send_done(&mut self, slot: usize) -> Option<Probe> {
         if slot >= SEND_DEPTH || self.free_slots.contains(&slot) {
             return None;
         }
@@ -210,7 +226,7 @@ impl Device {
         ah: &AddressHandle,
         remote_qpn: u32,
         remote_qkey: u32,
-        owner: Option<u64>,
+        owner: Option<Probe>,
     ) -> Result<u64, SendError> {
         let Some(slot) = self.free_slots.pop() else {
             return Err(SendError::QueueFull);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 use qpwatch_common::vocab::CmEventKind;
 use rdma_sys::{ibv_wc, ibv_wc_status, rdma_conn_param};
 
@@ -16,10 +16,10 @@ use crate::step::Step;
 use crate::time::monotonic_ns;
 use crate::verbs::{poll_fds, pollin, AddressHandle, CmEvent, CmId, EventChannel, EventFd};
 
-use super::device::{AnswerError, Device, SendError, SEND_FLAG};
+use super::device::{AnswerError, Device, Probe, SendError, SEND_FLAG};
 use super::schedule::{nanos, next_due, phase_due, InFlight, Timers};
 use super::wire::{Kind, Message};
-use super::{Answer, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
+use super::{Answer, Clock, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
 
 /// Target resolutions under way at most.
 const RESOLVING_MAX: usize = 32;
@@ -382,6 +382,14 @@ impl Engine {
         }
         let anchor_raw = anchor.raw() as usize;
         let (device, calls) = Device::create(anchor, self.config.message_size)?;
+        match device.completion_clock_khz {
+            Some(khz) => info!(
+                "mesh: {}: the device stamps completions ({khz} kHz core clock); \
+                 the mesh times with CLOCK_MONOTONIC",
+                device.name
+            ),
+            None => debug!("mesh: {}: no completion timestamps", device.name),
+        }
         self.sink.qp_created(&device.name, device.qp_num(), &calls);
         self.anchors.insert(anchor_raw, key);
         self.devices.insert(key, device);
@@ -597,7 +605,7 @@ impl Engine {
                 &route.ah,
                 route.remote_qpn,
                 route.remote_qkey,
-                Some(id),
+                Some(Probe { target: id, seq }),
             );
             let more = self.limit.is_none_or(|limit| target.attempts < limit);
             if more {
@@ -698,9 +706,11 @@ impl Engine {
                     "mesh: {}: send completion failed (status {})",
                     device.name, wc.status
                 );
-                if let Some(id) = owner {
-                    self.unresolve(id);
+                if let Some(probe) = owner {
+                    self.unresolve(probe.target);
                 }
+            } else if let Some(probe) = owner.filter(|_| self.config.rtt_breakdown) {
+                self.in_flight.send_completed(probe.seq, now);
             }
             return;
         }
@@ -754,6 +764,11 @@ impl Engine {
                                 received_ns: now,
                                 responder_rx_ns: answer.responder_rx_ns,
                                 responder_tx_ns: answer.responder_tx_ns,
+                                prober_delay_ns: self
+                                    .config
+                                    .rtt_breakdown
+                                    .then(|| sent.prober_delay_ns(now)),
+                                clock: Clock::Software,
                             },
                         );
                     }

@@ -5,7 +5,8 @@
 //!   peer's listener answers with its UD QP number and Q_Key; the address
 //!   handle comes from the route rdma_cm resolved (RoCEv2 GID of the IP).
 //! - A probe carries a sequence number and the sender's timestamp; the
-//!   answer adds the responder's receive and send times.
+//!   answer adds the responder's receive and send times; the prober times
+//!   the probe's send completion: the RTT breakdown of [`Answer`].
 //! - QPs and threads do not grow with the number of targets.
 //!
 //! API contract (shared with the agent; keep stable):
@@ -35,6 +36,9 @@ pub struct MeshConfig {
     pub resolve_retry: Duration,
     /// Bytes of a probe message (header included).
     pub message_size: usize,
+    /// Measure each probe's prober delay (its send completion looked up in
+    /// the in-flight table); off: [`Answer::prober_delay_ns`] is `None`.
+    pub rtt_breakdown: bool,
 }
 
 impl Default for MeshConfig {
@@ -45,6 +49,7 @@ impl Default for MeshConfig {
             resolve_timeout: Duration::from_secs(2),
             resolve_retry: Duration::from_secs(5),
             message_size: 64,
+            rtt_breakdown: true,
         }
     }
 }
@@ -62,6 +67,30 @@ pub struct MeshTarget {
     pub interval: Duration,
 }
 
+/// The clock the prober's side of an [`Answer`] was measured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Clock {
+    /// CLOCK_MONOTONIC, read by the mesh thread just before it posts a probe
+    /// and when it polls a completion: the prober delay includes the thread's
+    /// own wake-up and polling. The only clock used so far: device completion
+    /// timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`) are detected and
+    /// logged per device, not read.
+    Software,
+    /// The device's completion timestamps.
+    Device,
+}
+
+impl Clock {
+    pub const ALL: [Clock; 2] = [Clock::Software, Clock::Device];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Software => "software",
+            Clock::Device => "device",
+        }
+    }
+}
+
 /// An answered probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answer {
@@ -75,6 +104,13 @@ pub struct Answer {
     /// responder_rx_ns` means anything on this side.
     pub responder_rx_ns: u64,
     pub responder_tx_ns: u64,
+    /// From posting the probe to polling its send completion, in `clock`'s
+    /// nanoseconds; `None`: not measured ([`MeshConfig::rtt_breakdown`]
+    /// off). An answer polled before its probe's send completion gets the
+    /// RTT: the send completion is polled no earlier, so this is a lower
+    /// bound, and exact when both came in one poll batch (one timestamp).
+    pub prober_delay_ns: Option<u64>,
+    pub clock: Clock,
 }
 
 impl Answer {
@@ -85,6 +121,28 @@ impl Answer {
     /// Time the probe spent in the responder (host delay on the far side).
     pub fn responder_delay(&self) -> Duration {
         Duration::from_nanos(self.responder_tx_ns.saturating_sub(self.responder_rx_ns))
+    }
+
+    /// The RTT less the responder's delay (0 if the responder claims more
+    /// than the RTT: see [`Answer::responder_times_fit`]). With
+    /// [`Clock::Software`] it still holds the prober's own delay on both
+    /// ends (posting, and polling the answer): the prober delay is not
+    /// subtracted, as its send completion is polled by the same thread,
+    /// often after the packet left and sometimes after the answer came.
+    pub fn network_rtt(&self) -> Duration {
+        self.rtt().saturating_sub(self.responder_delay())
+    }
+
+    pub fn prober_delay(&self) -> Option<Duration> {
+        self.prober_delay_ns.map(Duration::from_nanos)
+    }
+
+    /// Whether the responder's times are possible: answer posted no earlier
+    /// than the probe was polled, and no longer after it than the whole RTT
+    /// measured here. If not (a clock bug, a broken or lying peer), the
+    /// answer's RTT still holds, its network RTT and responder delay do not.
+    pub fn responder_times_fit(&self) -> bool {
+        self.responder_tx_ns >= self.responder_rx_ns && self.responder_delay() <= self.rtt()
     }
 }
 
@@ -259,6 +317,62 @@ impl MeshHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer(sent: u64, received: u64, rx: u64, tx: u64) -> Answer {
+        Answer {
+            seq: 1,
+            sent_ns: sent,
+            received_ns: received,
+            responder_rx_ns: rx,
+            responder_tx_ns: tx,
+            prober_delay_ns: None,
+            clock: Clock::Software,
+        }
+    }
+
+    #[test]
+    fn breakdown_arithmetic() {
+        // 100 µs RTT, 30 µs in the responder (its clock far from ours)
+        let a = answer(1_000_000, 1_100_000, 7_000_000_000, 7_000_030_000);
+        assert_eq!(a.rtt(), Duration::from_micros(100));
+        assert_eq!(a.responder_delay(), Duration::from_micros(30));
+        assert_eq!(a.network_rtt(), Duration::from_micros(70));
+        assert!(a.responder_times_fit());
+        assert_eq!(a.prober_delay(), None);
+        let a = Answer {
+            prober_delay_ns: Some(12_000),
+            ..a
+        };
+        assert_eq!(a.prober_delay(), Some(Duration::from_micros(12)));
+        assert_eq!(a.network_rtt(), Duration::from_micros(70), "not subtracted");
+
+        // the whole RTT in the responder: possible, network RTT 0
+        let a = answer(0, 50, 10, 60);
+        assert!(a.responder_times_fit());
+        assert_eq!(a.network_rtt(), Duration::ZERO);
+    }
+
+    #[test]
+    fn impossible_responder_times_do_not_fit() {
+        // the responder claims more than the RTT
+        let a = answer(0, 100, 0, 101);
+        assert!(!a.responder_times_fit());
+        assert_eq!(a.network_rtt(), Duration::ZERO, "saturates, never negative");
+        // answer posted before the probe was received
+        let a = answer(0, 100, 50, 10);
+        assert!(!a.responder_times_fit());
+        assert_eq!(a.responder_delay(), Duration::ZERO);
+        // garbage from a peer
+        let a = answer(0, 100, 0, u64::MAX);
+        assert!(!a.responder_times_fit());
+        assert_eq!(a.network_rtt(), Duration::ZERO);
+    }
+
+    #[test]
+    fn clock_names() {
+        let names: Vec<&str> = Clock::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names, ["software", "device"]);
+    }
 
     #[test]
     fn handle_is_send() {

@@ -102,6 +102,20 @@ pub struct Sent<K> {
     pub target: K,
     pub sent_ns: u64,
     pub expires_ns: u64,
+    /// When its send completion was polled, if it was.
+    pub send_done_ns: Option<u64>,
+}
+
+impl<K> Sent<K> {
+    /// From posting to polling the send completion; for a probe answered at
+    /// `answered_ns` before its send completion was polled, the RTT (the
+    /// send completion comes no earlier).
+    pub fn prober_delay_ns(&self, answered_ns: u64) -> u64 {
+        self.send_done_ns
+            .unwrap_or(answered_ns)
+            .min(answered_ns)
+            .saturating_sub(self.sent_ns)
+    }
 }
 
 /// Probes waiting for their answer, by sequence number; they expire in the
@@ -142,6 +156,7 @@ impl<K: Copy + PartialEq> InFlight<K> {
                 target,
                 sent_ns,
                 expires_ns,
+                send_done_ns: None,
             },
         );
         self.order.push_back((expires_ns, seq));
@@ -155,6 +170,19 @@ impl<K: Copy + PartialEq> InFlight<K> {
             }
         }
         None
+    }
+
+    /// The send completion of probe `seq` was polled at `now` (the first
+    /// one counts); `false` if the probe is not in flight (answered first,
+    /// expired, forgotten).
+    pub fn send_completed(&mut self, seq: u64, now: u64) -> bool {
+        match self.by_seq.get_mut(&seq) {
+            Some(sent) => {
+                sent.send_done_ns.get_or_insert(now);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The probe `seq` sent at `sent_ns` answered at `now`: `None` if
@@ -285,6 +313,50 @@ mod tests {
         assert_eq!(f.expire(100 * MS), vec![(3, 'a')]);
         assert_eq!(f.len(), 0);
         assert_eq!(f.next_expiry(), None);
+    }
+
+    #[test]
+    fn send_completions_give_the_prober_delay() {
+        let timeout = Duration::from_millis(10);
+        let mut f = InFlight::new(100);
+        f.insert(1, 'a', MS, timeout);
+        f.insert(2, 'a', 2 * MS, timeout);
+        f.insert(3, 'b', 3 * MS, timeout);
+        assert!(f.send_completed(1, MS + 20_000));
+        assert!(f.send_completed(1, MS + 90_000), "a second one is ignored");
+        let sent = f.answer(1, MS, MS + 100_000).unwrap();
+        assert_eq!(sent.send_done_ns, Some(MS + 20_000));
+        assert_eq!(sent.prober_delay_ns(MS + 100_000), 20_000);
+
+        // answered before its send completion: the RTT, and the late send
+        // completion finds nothing
+        let sent = f.answer(2, 2 * MS, 2 * MS + 50_000).unwrap();
+        assert_eq!(sent.send_done_ns, None);
+        assert_eq!(sent.prober_delay_ns(2 * MS + 50_000), 50_000);
+        assert!(!f.send_completed(2, 2 * MS + 60_000));
+
+        // expired or forgotten probes take no send completion
+        assert!(!f.send_completed(99, 0));
+        f.forget('b');
+        assert!(!f.send_completed(3, 3 * MS + 1));
+        assert_eq!(f.len(), 0);
+    }
+
+    #[test]
+    fn prober_delay_stays_within_the_rtt() {
+        let sent = Sent {
+            target: 'a',
+            sent_ns: 1_000,
+            expires_ns: u64::MAX,
+            send_done_ns: Some(5_000),
+        };
+        assert_eq!(sent.prober_delay_ns(9_000), 4_000);
+        assert_eq!(sent.prober_delay_ns(3_000), 2_000, "capped at the RTT");
+        let before_post = Sent {
+            send_done_ns: Some(500),
+            ..sent
+        };
+        assert_eq!(before_post.prober_delay_ns(9_000), 0);
     }
 
     #[test]

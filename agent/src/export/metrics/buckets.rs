@@ -25,6 +25,14 @@ pub const PROBE_RTT_BUCKETS: &[f64] = &[
     1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1,
 ];
 
+/// Host delays of a mesh probe (responder: probe polled to answer posted;
+/// prober: probe posted to its send completion polled): 100 ns to 10 ms, a
+/// few µs on hardware, tens of µs on soft-RoCE. Not configurable.
+pub const PROBE_DELAY_BUCKETS: &[f64] = &[
+    1e-7, 2.5e-7, 5e-7, 1e-6, 2e-6, 3e-6, 5e-6, 7.5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5, 5e-5, 7.5e-5,
+    1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 0.01,
+];
+
 /// Userspace minus kernel duration of a probe QP's verb call: the syscall and
 /// library overhead around the kernel function, normally a few µs. Not
 /// configurable.
@@ -58,7 +66,14 @@ mod tests {
 
     #[test]
     fn buckets_are_sorted_and_span_microseconds_to_seconds() {
-        for b in [CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS] {
+        for b in [
+            CALL_LATENCY_BUCKETS,
+            DWELL_BUCKETS,
+            LIFETIME_BUCKETS,
+            PROBE_RTT_BUCKETS,
+            PROBE_DELAY_BUCKETS,
+            PROBE_SKEW_BUCKETS,
+        ] {
             assert!(b.windows(2).all(|w| w[0] < w[1]));
         }
         assert_eq!(CALL_LATENCY_BUCKETS[0], 1e-6);

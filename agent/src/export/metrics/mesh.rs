@@ -4,17 +4,20 @@
 //!
 //! Per-target families carry `target` and the configured target labels
 //! (`[mesh] target_labels`, fixed when the family is registered). A target's
-//! series exist while it is probed: added at 0, removed with it.
+//! series exist while it is probed: added at 0, removed with it. The RTT
+//! breakdown's (network RTT, responder and prober delays, rejected
+//! responder times) exist only while `[mesh] rtt_breakdown` is on; those
+//! measured on our side also carry `clock`.
 
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{Arc, RwLock},
-    time::Duration,
 };
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use rdma_probe::mesh::{Answer, Clock};
 
-use super::{Buckets, Registrar};
+use super::{Buckets, Registrar, PROBE_DELAY_BUCKETS};
 
 /// Why a target could not be resolved (a bounded label).
 pub const RESOLVE_FAILURE_REASONS: [&str; 6] = [
@@ -62,6 +65,22 @@ struct TargetSeries {
     lost: IntCounter,
     rtt: Histogram,
     resolved: IntGauge,
+    breakdown: Option<BreakdownSeries>,
+}
+
+/// A target's RTT breakdown series; `clock="software"`, the clock the mesh
+/// times with (another clock's series are made on its first answer).
+struct BreakdownSeries {
+    network_rtt: Histogram,
+    responder_delay: Histogram,
+    prober_delay: Histogram,
+    rejected: IntCounter,
+}
+
+struct Series {
+    targets: HashMap<Arc<str>, TargetSeries>,
+    /// `[mesh] rtt_breakdown`.
+    breakdown: bool,
 }
 
 #[derive(Clone)]
@@ -73,6 +92,12 @@ pub struct MeshMetrics {
     lost: IntCounterVec,
     rtt: HistogramVec,
     resolved: IntGaugeVec,
+    /// After the target labels: `clock`.
+    network_rtt: HistogramVec,
+    responder_delay: HistogramVec,
+    /// After the target labels: `clock`.
+    prober_delay: HistogramVec,
+    rejected: IntCounterVec,
     resolve_failures: IntCounterVec,
     responses: IntCounterVec,
     dropped: IntCounterVec,
@@ -82,7 +107,7 @@ pub struct MeshMetrics {
     file_ok: IntGaugeVec,
     /// No labels: a series only while the mesh runs.
     qps: IntGaugeVec,
-    series: Arc<RwLock<HashMap<Arc<str>, TargetSeries>>>,
+    series: Arc<RwLock<Series>>,
 }
 
 impl MeshMetrics {
@@ -92,6 +117,7 @@ impl MeshMetrics {
         let names: Vec<&str> = std::iter::once("target")
             .chain(target_labels.iter().map(String::as_str))
             .collect();
+        let with_clock: Vec<&str> = names.iter().copied().chain(["clock"]).collect();
         Self {
             target_labels: target_labels.into(),
             sent: r.counter_vec(
@@ -118,6 +144,29 @@ impl MeshMetrics {
             resolved: r.gauge_vec(
                 "qpwatch_mesh_target_resolved",
                 "1 if the target's UD responder is resolved (address handle and QP number), 0 if not.",
+                &names,
+            ),
+            network_rtt: r.histogram_vec(
+                "qpwatch_mesh_probe_network_rtt_seconds",
+                "RTT of an answered UD mesh probe less the responder's delay (with the software clock, the prober's own delay is still in it).",
+                &with_clock,
+                &buckets.probe_rtt,
+            ),
+            responder_delay: r.histogram_vec(
+                "qpwatch_mesh_responder_delay_seconds",
+                "Time a UD mesh probe spent in the target's responder (probe polled to answer posted), as the responder reports it.",
+                &names,
+                PROBE_DELAY_BUCKETS,
+            ),
+            prober_delay: r.histogram_vec(
+                "qpwatch_mesh_prober_delay_seconds",
+                "Time from posting a UD mesh probe to polling its send completion (the RTT if the answer was polled first).",
+                &with_clock,
+                PROBE_DELAY_BUCKETS,
+            ),
+            rejected: r.counter_vec(
+                "qpwatch_mesh_responder_times_rejected_total",
+                "Answers whose responder times cannot be (answer posted before the probe came, or after more than the RTT): their RTT counts, not their network RTT and responder delay.",
                 &names,
             ),
             resolve_failures: r.counter_vec(
@@ -155,7 +204,10 @@ impl MeshMetrics {
                 "UD QPs the mesh holds (one per local device in use).",
                 &[],
             ),
-            series: Arc::default(),
+            series: Arc::new(RwLock::new(Series {
+                targets: HashMap::new(),
+                breakdown: true,
+            })),
         }
     }
 
@@ -195,12 +247,13 @@ impl MeshMetrics {
             )
             .collect();
         let mut series = self.write();
-        match series.get(key) {
+        match series.targets.get(key) {
             Some(old) if old.values == values => return,
             Some(old) => self.remove_series(key, old),
             None => {}
         }
-        series.insert(
+        let breakdown = series.breakdown.then(|| self.breakdown_series(&values));
+        series.targets.insert(
             Arc::clone(key),
             TargetSeries {
                 sent: self.sent.with_label_values(&values),
@@ -208,6 +261,7 @@ impl MeshMetrics {
                 lost: self.lost.with_label_values(&values),
                 rtt: self.rtt.with_label_values(&values),
                 resolved: self.resolved.with_label_values(&values),
+                breakdown,
                 values,
             },
         );
@@ -215,8 +269,35 @@ impl MeshMetrics {
 
     /// Removes a target's series (the registry does not grow on churn).
     pub fn remove_target(&self, key: &Arc<str>) {
-        if let Some(series) = self.write().remove(key) {
+        if let Some(series) = self.write().targets.remove(key) {
             self.remove_series(key, &series);
+        }
+    }
+
+    /// `[mesh] rtt_breakdown`: every target's breakdown series added at 0,
+    /// or removed (on at start).
+    pub fn set_rtt_breakdown(&self, on: bool) {
+        let mut series = self.write();
+        if series.breakdown == on {
+            return;
+        }
+        series.breakdown = on;
+        for target in series.targets.values_mut() {
+            if on {
+                target.breakdown = Some(self.breakdown_series(&target.values));
+            } else if target.breakdown.take().is_some() {
+                self.remove_breakdown(&target.values);
+            }
+        }
+    }
+
+    fn breakdown_series(&self, values: &[String]) -> BreakdownSeries {
+        let with_clock = with_clock(values, Clock::Software);
+        BreakdownSeries {
+            network_rtt: self.network_rtt.with_label_values(&with_clock),
+            responder_delay: self.responder_delay.with_label_values(values),
+            prober_delay: self.prober_delay.with_label_values(&with_clock),
+            rejected: self.rejected.with_label_values(values),
         }
     }
 
@@ -227,19 +308,32 @@ impl MeshMetrics {
         let _ = self.lost.remove_label_values(values);
         let _ = self.rtt.remove_label_values(values);
         let _ = self.resolved.remove_label_values(values);
+        if series.breakdown.is_some() {
+            self.remove_breakdown(values);
+        }
         for reason in RESOLVE_FAILURE_REASONS {
             let _ = self.resolve_failures.remove_label_values(&[key, reason]);
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, TargetSeries>> {
+    fn remove_breakdown(&self, values: &[String]) {
+        let _ = self.responder_delay.remove_label_values(values);
+        let _ = self.rejected.remove_label_values(values);
+        for clock in Clock::ALL {
+            let with_clock = with_clock(values, clock);
+            let _ = self.network_rtt.remove_label_values(&with_clock);
+            let _ = self.prober_delay.remove_label_values(&with_clock);
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Series> {
         self.series.write().expect("not poisoned")
     }
 
     /// Runs `f` on a target's series; a target no longer probed is ignored
     /// (a callback racing its removal).
     fn with(&self, key: &str, f: impl FnOnce(&TargetSeries)) {
-        if let Some(series) = self.series.read().expect("not poisoned").get(key) {
+        if let Some(series) = self.series.read().expect("not poisoned").targets.get(key) {
             f(series);
         }
     }
@@ -256,10 +350,37 @@ impl MeshMetrics {
         });
     }
 
-    pub fn answered(&self, key: &str, rtt: Duration) {
+    /// An answer: its RTT and, with the breakdown on, its parts (a
+    /// responder whose times cannot be is counted instead of its parts).
+    pub fn answered(&self, key: &str, answer: &Answer) {
         self.with(key, |s| {
             s.answered.inc();
-            s.rtt.observe(rtt.as_secs_f64());
+            s.rtt.observe(answer.rtt().as_secs_f64());
+            let Some(b) = &s.breakdown else {
+                return;
+            };
+            let other_clock;
+            let (network_rtt, prober_delay) = match answer.clock {
+                Clock::Software => (&b.network_rtt, &b.prober_delay),
+                clock => {
+                    let with_clock = with_clock(&s.values, clock);
+                    other_clock = (
+                        self.network_rtt.with_label_values(&with_clock),
+                        self.prober_delay.with_label_values(&with_clock),
+                    );
+                    (&other_clock.0, &other_clock.1)
+                }
+            };
+            if answer.responder_times_fit() {
+                network_rtt.observe(answer.network_rtt().as_secs_f64());
+                b.responder_delay
+                    .observe(answer.responder_delay().as_secs_f64());
+            } else {
+                b.rejected.inc();
+            }
+            if let Some(delay) = answer.prober_delay() {
+                prober_delay.observe(delay.as_secs_f64());
+            }
         });
     }
 
@@ -316,4 +437,13 @@ impl MeshMetrics {
     pub fn targets_file_unconfigured(&self) {
         let _ = self.file_ok.remove_label_values::<&str>(&[]);
     }
+}
+
+/// A target's label values and `clock`.
+fn with_clock(values: &[String], clock: Clock) -> Vec<&str> {
+    values
+        .iter()
+        .map(String::as_str)
+        .chain([clock.as_str()])
+        .collect()
 }

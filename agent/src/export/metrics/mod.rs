@@ -30,8 +30,8 @@ use std::path::PathBuf;
 use prometheus::Registry;
 
 pub use buckets::{
-    Buckets, CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS, PROBE_RTT_BUCKETS,
-    PROBE_SKEW_BUCKETS,
+    Buckets, CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS, PROBE_DELAY_BUCKETS,
+    PROBE_RTT_BUCKETS, PROBE_SKEW_BUCKETS,
 };
 pub use cm::CM_ERROR_EVENTS;
 pub use registrar::Registrar;

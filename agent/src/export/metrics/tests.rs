@@ -3,6 +3,7 @@
 use super::*;
 use crate::kernel::rdma::{QpState, QpType};
 use qpwatch_common::QpOrigin;
+use rdma_probe::mesh::{Answer, Clock};
 use std::{sync::Arc, time::Duration};
 
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -256,7 +257,7 @@ fn mesh_targets_have_series_from_added_to_removed() {
 
     m.mesh.sent(&a);
     m.mesh.sent(&a);
-    m.mesh.answered(&a, Duration::from_micros(900));
+    m.mesh.answered(&a, &answer(900_000, 0, Some(20_000)));
     m.mesh.lost(&a);
     m.mesh.send_failed(&a);
     m.mesh.resolved(&a);
@@ -360,6 +361,167 @@ fn mesh_targets_have_series_from_added_to_removed() {
     assert!(!text.contains("peer3"));
     assert!(!text.contains("qpwatch_mesh_qps "));
     assert!(!text.contains("qpwatch_mesh_targets_file_ok "));
+}
+
+/// An answer after `rtt_ns`, `responder_ns` of it in the responder.
+fn answer(rtt_ns: u64, responder_ns: u64, prober_delay_ns: Option<u64>) -> Answer {
+    Answer {
+        seq: 1,
+        sent_ns: 1_000_000,
+        received_ns: 1_000_000 + rtt_ns,
+        responder_rx_ns: 5_000_000_000,
+        responder_tx_ns: 5_000_000_000 + responder_ns,
+        prober_delay_ns,
+        clock: Clock::Software,
+    }
+}
+
+#[test]
+fn mesh_rtt_breakdown_per_target() {
+    let labels = ["rack".to_owned()];
+    let m = Metrics::with_target_labels(&Buckets::default(), "k", &labels);
+    let a: Arc<str> = Arc::from("198.18.0.2");
+    let rack = std::collections::BTreeMap::from([("rack".to_owned(), "r1".to_owned())]);
+    m.mesh.add_target(&a, &rack);
+    let series = r#"{rack="r1",target="198.18.0.2"}"#;
+    let software = r#"{clock="software",rack="r1",target="198.18.0.2"}"#;
+    let text = render(&m.registry);
+    for family in [
+        "qpwatch_mesh_responder_delay_seconds_count",
+        "qpwatch_mesh_responder_times_rejected_total",
+    ] {
+        assert_eq!(
+            value(&text, &format!("{family}{series}")),
+            Some(0.0),
+            "{family}"
+        );
+    }
+    for family in [
+        "qpwatch_mesh_probe_network_rtt_seconds_count",
+        "qpwatch_mesh_prober_delay_seconds_count",
+    ] {
+        assert_eq!(
+            value(&text, &format!("{family}{software}")),
+            Some(0.0),
+            "{family}"
+        );
+    }
+    assert!(!text.contains("clock=\"device\""), "only the clock in use");
+
+    // 100 µs RTT: 30 µs in the responder, 70 µs network; prober 12 µs
+    m.mesh.answered(&a, &answer(100_000, 30_000, Some(12_000)));
+    // the responder claims more than the RTT: the RTT counts, not the parts
+    m.mesh.answered(&a, &answer(100_000, 150_000, Some(5_000)));
+    // not measured: no prober delay
+    m.mesh.answered(&a, &answer(100_000, 30_000, None));
+    let text = render(&m.registry);
+    let get = |family: &str, labels: &str| value(&text, &format!("{family}{labels}"));
+    assert_eq!(
+        get("qpwatch_mesh_probe_rtt_seconds_count", series),
+        Some(3.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_probe_network_rtt_seconds_count", software),
+        Some(2.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_probe_network_rtt_seconds_sum", software),
+        Some(140e-6)
+    );
+    assert_eq!(
+        get(
+            "qpwatch_mesh_probe_network_rtt_seconds_bucket",
+            r#"{clock="software",rack="r1",target="198.18.0.2",le="0.000075"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_responder_delay_seconds_count", series),
+        Some(2.0)
+    );
+    assert_eq!(
+        get(
+            "qpwatch_mesh_responder_delay_seconds_bucket",
+            r#"{rack="r1",target="198.18.0.2",le="0.00003"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_responder_times_rejected_total", series),
+        Some(1.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_prober_delay_seconds_count", software),
+        Some(2.0)
+    );
+    assert_eq!(
+        get(
+            "qpwatch_mesh_prober_delay_seconds_bucket",
+            r#"{clock="software",rack="r1",target="198.18.0.2",le="0.000005"}"#
+        ),
+        Some(1.0)
+    );
+
+    // another clock gets series of its own, removed with the target's
+    let device = Answer {
+        clock: Clock::Device,
+        ..answer(50_000, 10_000, Some(1_000))
+    };
+    m.mesh.answered(&a, &device);
+    let text = render(&m.registry);
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_probe_network_rtt_seconds_count{clock="device",rack="r1",target="198.18.0.2"}"#
+        ),
+        Some(1.0)
+    );
+    m.mesh.remove_target(&a);
+    let text = render(&m.registry);
+    assert!(!text.contains("198.18.0.2"), "{text}");
+}
+
+#[test]
+fn mesh_rtt_breakdown_off_leaves_no_series() {
+    let m = Metrics::new(&Buckets::default(), "k");
+    let a: Arc<str> = Arc::from("peer2");
+    let b: Arc<str> = Arc::from("peer3");
+    let breakdown_families = [
+        "qpwatch_mesh_probe_network_rtt_seconds",
+        "qpwatch_mesh_responder_delay_seconds",
+        "qpwatch_mesh_prober_delay_seconds",
+        "qpwatch_mesh_responder_times_rejected_total",
+    ];
+    let none_left = |text: &str| breakdown_families.iter().all(|f| !text.contains(f));
+    m.mesh.add_target(&a, &Default::default());
+    m.mesh.set_rtt_breakdown(false);
+    m.mesh.add_target(&b, &Default::default());
+    m.mesh.answered(&a, &answer(100_000, 30_000, Some(12_000)));
+    m.mesh.answered(&b, &answer(100_000, 300_000, None));
+    let text = render(&m.registry);
+    assert!(none_left(&text), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_mesh_probe_rtt_seconds_count{target="peer2"}"#
+        ),
+        Some(1.0)
+    );
+
+    // on again: every target's series from 0
+    m.mesh.set_rtt_breakdown(true);
+    let text = render(&m.registry);
+    for target in ["peer2", "peer3"] {
+        assert_eq!(
+            value(
+                &text,
+                &format!(r#"qpwatch_mesh_responder_delay_seconds_count{{target="{target}"}}"#)
+            ),
+            Some(0.0)
+        );
+    }
+    m.mesh.set_rtt_breakdown(false);
+    assert!(none_left(&render(&m.registry)));
 }
 
 // README.md and the registry agree.

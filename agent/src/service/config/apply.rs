@@ -102,6 +102,7 @@ pub(super) struct MeshInput {
     pub discover: Option<bool>,
     pub discover_expiry_seconds: Option<Given<f64>>,
     pub discover_max_targets: Option<Given<i64>>,
+    pub rtt_breakdown: Option<bool>,
 }
 
 impl MeshInput {
@@ -137,6 +138,9 @@ impl MeshInput {
             &self.discover_max_targets,
             |v| MESH_DISCOVER_MAX_TARGETS.integer(*v).map(|v| v as usize),
         )?;
+        if let Some(on) = self.rtt_breakdown {
+            m.rtt_breakdown = on;
+        }
         Ok(m)
     }
 }
@@ -417,6 +421,7 @@ impl RunArgs {
                 &MESH_DISCOVER_MAX_TARGETS,
                 self.mesh_discover_max_targets,
             ),
+            rtt_breakdown: self.mesh_rtt_breakdown,
         };
         let any = m.listen.is_some()
             || m.interval_seconds.is_some()
@@ -428,7 +433,8 @@ impl RunArgs {
             || m.source.is_some()
             || m.discover.is_some()
             || m.discover_expiry_seconds.is_some()
-            || m.discover_max_targets.is_some();
+            || m.discover_max_targets.is_some()
+            || m.rtt_breakdown.is_some();
         (self.mesh || any).then_some(m)
     }
 }
@@ -592,6 +598,8 @@ mod tests {
             "198.18.0.1",
             "--mesh-listen",
             "198.18.0.1:9000",
+            "--mesh-rtt-breakdown",
+            "false",
             "--target",
             "a=198.18.0.2",
             "--probe-mode",
@@ -604,6 +612,7 @@ mod tests {
         assert_eq!(m.interval, std::time::Duration::from_millis(100));
         assert_eq!(m.max_targets, 10);
         assert_eq!(m.listen, Some("198.18.0.1:9000".parse().unwrap()));
+        assert!(!m.rtt_breakdown);
         assert_eq!(s.targets[0].mode, ProbeModeSetting::Ud);
         assert_eq!(s.responder_listen, Some("0.0.0.0:9723".parse().unwrap()));
 
@@ -618,6 +627,20 @@ mod tests {
         );
         assert_eq!(m.interval, std::time::Duration::from_secs(2));
         assert_eq!(s.responder_listen, Some("198.18.0.1:9723".parse().unwrap()));
+
+        // the flag turns the breakdown back on over the file, and alone
+        // turns fleet mode on
+        let file = parse("[mesh]\nrtt_breakdown = false").unwrap();
+        let args = cli(&["--mesh-rtt-breakdown", "true"]).unwrap();
+        let s = apply_flags(file, &args.run).unwrap();
+        assert!(s.mesh.unwrap().rtt_breakdown);
+        let args = cli(&["--mesh-rtt-breakdown", "false"]).unwrap();
+        let s = apply_flags(Settings::default(), &args.run).unwrap();
+        assert!(!s.mesh.expect("fleet mode").rtt_breakdown);
+        assert!(
+            cli(&["--mesh-rtt-breakdown", "yes"]).is_err(),
+            "true or false"
+        );
 
         let s = apply_flags(Settings::default(), &cli(&["--mesh"]).unwrap().run).unwrap();
         assert_eq!(

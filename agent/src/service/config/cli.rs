@@ -282,4 +282,7 @@ pub struct RunArgs {
     /// `mesh.discover_max_targets`: discovered targets at most; the rest are counted [default: 256].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub mesh_discover_max_targets: Option<i64>,
+    /// `mesh.rtt_breakdown`: network RTT, responder and prober delay histograms [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub mesh_rtt_breakdown: Option<bool>,
 }

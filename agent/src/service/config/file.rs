@@ -68,6 +68,7 @@ struct FileMesh {
     discover: Option<bool>,
     discover_expiry_seconds: Option<Spanned<f64>>,
     discover_max_targets: Option<Spanned<i64>>,
+    rtt_breakdown: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,6 +284,7 @@ impl FileConfig {
                     None,
                     &m.discover_max_targets,
                 ),
+                rtt_breakdown: m.rtt_breakdown,
             }),
         }
     }
@@ -416,6 +418,7 @@ targets_file_check_seconds = 2
 target_labels = ["rack", "tor"]
 max_targets = 1000
 source = "198.18.0.1"
+rtt_breakdown = false
 [[targets]]
 name = "peer2"
 address = "198.18.0.2"
@@ -436,6 +439,11 @@ source = "198.18.0.1"
         assert_eq!(m.target_labels, ["rack", "tor"]);
         assert_eq!(m.max_targets, 1000);
         assert_eq!(m.source, Some("198.18.0.1".parse().unwrap()));
+        assert!(!m.rtt_breakdown);
+        assert!(
+            parse("[mesh]").unwrap().mesh.unwrap().rtt_breakdown,
+            "on by default"
+        );
         assert_eq!(s.targets[0].mode, ProbeModeSetting::Ud);
         assert_eq!(
             s.responder_listen,
@@ -510,6 +518,7 @@ listen = \"198.18.0.1\"",
             ("[mesh]\ntargets_file = \"/etc/t.txt\"", ":2:16: mesh.targets_file: \"/etc/t.txt\": the extension tells the format: .json, .yml or .yaml"),
             ("[mesh]\nlisten = \"nowhere\"", ":2:10: mesh.listen: \"nowhere\" is not an IP address or ADDR:PORT"),
             ("[mesh]\nsource = \"host\"", ":2:10: mesh.source: \"host\" is not an IP address"),
+            ("[mesh]\nrtt_breakdown = \"yes\"", ":2:17: mesh.rtt_breakdown: invalid type: string \"yes\", expected a boolean"),
             ("[mesh]\nintervals = 1", ":2:1: mesh.intervals: unknown field `intervals`"),
             ("[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\nmode = \"ud\"", ":4:8: targets[0].mode: \"ud\" targets are probed by the mesh: needs [mesh] (or --mesh)"),
             ("[mesh]\n[[targets]]\nname = \"a\"\naddress = \"198.18.0.1\"\nmode = \"ud\"\npings = 3", ":6:9: targets[0].pings: not used by mode = \"ud\" (the [mesh] settings apply)"),

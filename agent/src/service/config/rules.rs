@@ -67,6 +67,12 @@ pub(super) fn check_target_labels(names: &[String]) -> Result<Vec<String>, Strin
         if name == "target" {
             return Err("\"target\" is every mesh metric's own label".to_owned());
         }
+        if name == "clock" {
+            return Err("\"clock\" is a label of the mesh's RTT breakdown".to_owned());
+        }
+        if name == "le" {
+            return Err("\"le\" is the histograms' bucket label".to_owned());
+        }
         if names[..i].contains(name) {
             return Err(format!("{name:?} is named twice"));
         }
@@ -184,6 +190,8 @@ mod tests {
             (names(&[""]), "is not a label name"),
             (names(&["__meta"]), "reserved"),
             (names(&["target"]), "own label"),
+            (names(&["rack", "clock"]), "RTT breakdown"),
+            (names(&["le"]), "bucket label"),
             (names(&["rack", "rack"]), "named twice"),
             (
                 names(&["a", "b", "c", "d", "e", "f", "g", "h", "i"]),

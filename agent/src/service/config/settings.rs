@@ -77,6 +77,10 @@ pub struct MeshSettings {
     /// A discovered target is dropped this long after its last QP closed.
     pub discover_expiry: Duration,
     pub discover_max_targets: usize,
+    /// Break each answer's RTT down (network RTT, responder and prober
+    /// delays): three more histograms per target, and the probes' send
+    /// completions looked up.
+    pub rtt_breakdown: bool,
 }
 
 impl Default for MeshSettings {
@@ -93,6 +97,7 @@ impl Default for MeshSettings {
             discover: false,
             discover_expiry: Duration::from_secs(60),
             discover_max_targets: 256,
+            rtt_breakdown: true,
         }
     }
 }
