@@ -20,6 +20,40 @@ pub fn elapsed(start_ns: u64, end_ns: u64) -> Duration {
     Duration::from_nanos(end_ns.saturating_sub(start_ns))
 }
 
+/// The calling thread's run-queue wait: how long it has been runnable but
+/// not running (`run_delay` of /proc/thread-self/schedstat, CONFIG_SCHED_INFO).
+/// Read before and after a wait, it says how late the thread ran after it
+/// was woken: CPU starvation (a cgroup CPU limit, busier tasks) that the
+/// thread's own timestamps cannot see.
+pub struct RunQueueWait {
+    file: Option<std::fs::File>,
+    buf: [u8; 96],
+}
+
+impl RunQueueWait {
+    /// For the calling thread; `None` readings where the kernel has no schedstat.
+    pub fn of_this_thread() -> RunQueueWait {
+        RunQueueWait {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+            buf: [0; 96],
+        }
+    }
+
+    /// Nanoseconds spent waiting on a run queue so far.
+    pub fn total_ns(&mut self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let file = self.file.as_ref()?;
+        let n = file.read_at(&mut self.buf, 0).ok()?;
+        parse_run_delay(&self.buf[..n])
+    }
+}
+
+/// "sum_exec_runtime run_delay pcount\n" → run_delay.
+fn parse_run_delay(line: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(line).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
 /// The point in time by which a step must be done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
@@ -97,6 +131,17 @@ mod tests {
         let late = Deadline::new(0, Duration::from_millis(2));
         assert_eq!(late.min(early), early);
         assert_eq!(early.min(late), early);
+    }
+
+    #[test]
+    fn run_delay_is_the_second_schedstat_field() {
+        assert_eq!(parse_run_delay(b"123456 7890 12\n"), Some(7890));
+        assert_eq!(parse_run_delay(b"123456\n"), None);
+        assert_eq!(parse_run_delay(b""), None);
+        let mut wait = RunQueueWait::of_this_thread();
+        if let (Some(a), Some(b)) = (wait.total_ns(), wait.total_ns()) {
+            assert!(b >= a);
+        }
     }
 
     #[test]

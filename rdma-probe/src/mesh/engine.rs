@@ -13,7 +13,7 @@ use rdma_sys::{ibv_wc, ibv_wc_status, rdma_conn_param};
 
 use crate::error::{Errno, Error};
 use crate::step::Step;
-use crate::time::monotonic_ns;
+use crate::time::{monotonic_ns, RunQueueWait};
 use crate::verbs::{poll_fds, pollin, AddressHandle, CmEvent, CmId, EventChannel, EventFd};
 
 use super::device::{AnswerError, Device, Probe, SendError, SEND_FLAG};
@@ -132,6 +132,10 @@ pub struct Engine {
     message: Vec<u8>,
     next_target: TargetId,
     next_seq: u64,
+    /// How late the thread ran after its last wait ended (run-queue wait,
+    /// see [`RunQueueWait`]): a received probe is taken to have arrived that
+    /// much before it was polled, so a starved responder shows as host delay.
+    woke_late_ns: u64,
 }
 
 impl Engine {
@@ -185,6 +189,7 @@ impl Engine {
             message: Vec::new(),
             next_target: 0,
             next_seq: 1,
+            woke_late_ns: 0,
         })
     }
 
@@ -197,6 +202,7 @@ impl Engine {
     fn serve(&mut self) -> Result<(), Error> {
         let mut fds = Vec::new();
         let mut keys = Vec::new();
+        let mut run_queue = RunQueueWait::of_this_thread();
         loop {
             if self.control.stop.load(Ordering::Acquire) {
                 return Ok(());
@@ -213,7 +219,12 @@ impl Engine {
                 fds.push(pollin(device.channel.fd()));
                 keys.push(*key);
             }
+            let waited_before = run_queue.total_ns();
             poll_fds(&mut fds, timeout_ms.min(1000))?;
+            self.woke_late_ns = match (waited_before, run_queue.total_ns()) {
+                (Some(before), Some(after)) => after.saturating_sub(before),
+                _ => 0,
+            };
             if fds[0].revents != 0 {
                 self.control.wake.drain();
                 if self.control.stop.load(Ordering::Acquire) {
@@ -733,7 +744,8 @@ impl Engine {
         match Message::decode(&message) {
             Err(_) => self.sink.dropped(Dropped::Malformed),
             Ok(probe) if probe.kind == Kind::Probe => {
-                let answered = device.answer(wc, &mut grh, |tx| probe.answer(now, tx));
+                let received = now.saturating_sub(self.woke_late_ns);
+                let answered = device.answer(wc, &mut grh, |tx| probe.answer(received, tx));
                 match answered {
                     Ok(()) => {
                         bump(&self.counters.responded);
