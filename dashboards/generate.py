@@ -777,6 +777,25 @@ def mesh():
         "s",
         "Median UD probe round-trip time per path (alert QpwatchMeshPathRttHigh: the 5m median above twice the path's 1h median for 10m).",
     ), w=12)
+    b.row("Network or host: the RTT breakdown ([mesh] rtt_breakdown)")
+    b.add(timeseries(
+        "Network RTT and responder delay by path (median)",
+        [
+            q("histogram_quantile(0.5, sum by (le, instance, target) (rate(qpwatch_mesh_probe_network_rtt_seconds_bucket{%s}[%s])))" % (t, RI), "{{instance}} -> {{target}} network"),
+            q("histogram_quantile(0.5, sum by (le, instance, target) (rate(qpwatch_mesh_responder_delay_seconds_bucket{%s}[%s])))" % (t, RI), "{{instance}} -> {{target}} responder"),
+        ],
+        "s",
+        "Median network RTT (the RTT less the responder's delay; label clock says which clock timed it) and median responder delay (probe received to answer posted, with the responder thread's run-queue wait) per path.",
+    ), w=12)
+    b.add(table(
+        "Slow paths: network or host",
+        [
+            q('max by (instance, target) (instance_target:qpwatch_mesh_path_slow_network:bool{%s})' % t, "network", ref="A", instant=True, fmt="table"),
+            q('max by (instance, target) (instance_target:qpwatch_mesh_path_slow_host:bool{%s})' % t, "host", ref="B", instant=True, fmt="table"),
+        ],
+        "Per path, 1 where it is slow now (a part of its RTT rose by more than 10% of its normal network RTT) and which part rose more: network (Value #A) or the target host (Value #B). Alert QpwatchMeshPathSlow{cause} after 1m.",
+        exclude=("Time",),
+    ), w=12)
     b.row("Worst paths")
     b.add(timeseries(
         "Top 10 paths by loss ratio",

@@ -91,7 +91,10 @@ def registered_metrics(text):
 # The mesh's per-target families carry `target` and the labels configured in
 # [mesh] target_labels, known only at run time; the shipped rules and the mesh
 # dashboard assume rack and tor (--mesh-target-labels).
-MESH_TARGET_FAMILIES = re.compile(r"^qpwatch_mesh_(probes_\w+_total|probe_rtt_seconds|target_resolved)$")
+MESH_TARGET_FAMILIES = re.compile(
+    r"^qpwatch_mesh_(probes_\w+_total|probe_rtt_seconds|probe_network_rtt_seconds|responder_delay_seconds"
+    r"|prober_delay_seconds|responder_times_rejected_total|target_resolved)$"
+)
 
 
 def agent_metrics(paths, mesh_target_labels=()):
@@ -115,7 +118,16 @@ def read_rules(path):
     """[(kind, name, expr, labels dict, block text)]"""
     lines = open(path, encoding="utf-8").read().splitlines()
     rules, cur = [], None
+    block_indent = None  # inside `expr: |`: the indentation of its first line
     for line in lines:
+        if block_indent is not None:
+            indent = len(line) - len(line.lstrip())
+            if line.strip() and (block_indent == 0 or indent >= block_indent):
+                block_indent = block_indent or indent
+                cur["expr"] = (cur["expr"] + " " + line.strip()).strip()
+                cur["block"].append(line)
+                continue
+            block_indent = None
         m = re.match(r"^\s*-\s*(alert|record):\s*(\S+)\s*$", line)
         if m:
             cur = {"kind": m.group(1), "name": m.group(2), "expr": None, "labels": {}, "block": [line]}
@@ -130,6 +142,8 @@ def read_rules(path):
         m = re.match(r"^\s*expr:\s*(.+?)\s*$", line)
         if m:
             cur["expr"] = m.group(1)
+            if cur["expr"] == "|":
+                cur["expr"], block_indent = "", 0
         m = re.match(r'^\s{8,}(\w+):\s*"?([^"]*)"?\s*$', line)
         if m and cur["expr"] is not None and m.group(1) not in ("summary", "description", "expr"):
             cur["labels"][m.group(1)] = m.group(2)
@@ -150,6 +164,11 @@ def matchers(expr):
     for m in re.finditer(r"([a-zA-Z_:][\w:]*)?\s*\{([^}]*)\}", strip_strings(expr)):
         out.append((m.group(1), re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", m.group(2))))
     return out
+
+
+def replaced_labels(expr):
+    """Labels label_replace() sets: label_replace(v, "dst", "$1", ...)."""
+    return re.findall(r'"(\w+)"\s*,\s*"\$\d+"', expr)
 
 
 def grouping_labels(expr):
@@ -200,7 +219,7 @@ def check_expr(where, expr, metrics, recorded, dashboard):
     names = metric_names(expr)
     if not names:
         problem(where, "no metric in %r" % expr)
-    labels = set(EXTRA_LABELS) | {"quantile"}
+    labels = set(EXTRA_LABELS) | {"quantile"} | set(replaced_labels(expr))
     for n in names:
         r = resolve(n, metrics, recorded)
         if r is None:
@@ -358,7 +377,14 @@ def check_rules(path, metrics):
         if r["kind"] == "record":
             if not re.match(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$", r["name"]):
                 problem(path, "recording rule %s does not follow level:metric:operations" % r["name"])
-            labels = set(EXTRA_LABELS) | set(r["labels"]) | set(grouping_labels(r["expr"] or ""))
+            expr = r["expr"] or ""
+            labels = set(EXTRA_LABELS) | set(r["labels"]) | set(grouping_labels(expr)) | set(replaced_labels(expr))
+            if not re.search(r"\bby\s*\(", expr):
+                # no aggregation by some labels: the inputs' labels stay
+                for n in metric_names(expr):
+                    found = resolve(n, metrics, recorded)
+                    if found:
+                        labels |= found[1]
             labels.discard("le")
             recorded[r["name"]] = ("gauge", labels)
     for r in rules:
