@@ -98,12 +98,13 @@ mesh_wait_answering() {
   log "h$HOST_INDEX: every target answers: $MESH_TARGETS"
 }
 
-# hist_quantile BEFORE AFTER Q TARGET: the Q quantile of the mesh RTT
-# histogram of TARGET over the observations between two scrapes, linear
-# within the bucket as histogram_quantile does; prints "value count".
+# hist_quantile BEFORE AFTER Q TARGET [HISTOGRAM]: the Q quantile of the mesh
+# RTT histogram (or HISTOGRAM, another per-target mesh histogram) of TARGET
+# over the observations between two scrapes, linear within the bucket as
+# histogram_quantile does; prints "value count".
 hist_quantile() {
-  awk -v q="$3" -v tgt="target=\"$4\"" '
-    /^qpwatch_mesh_probe_rtt_seconds_bucket\{/ && index($0, tgt) {
+  awk -v q="$3" -v tgt="target=\"$4\"" -v name="${5:-qpwatch_mesh_probe_rtt_seconds}_bucket{" '
+    index($0, name) == 1 && index($0, tgt) {
       le = $0; sub(/.*le="/, "", le); sub(/".*/, "", le)
       v[le] += (FILENAME == ARGV[1] ? -1 : 1) * $NF
       if (!(le in seen)) { seen[le] = 1; les[++n] = le }

@@ -1,0 +1,128 @@
+# The RTT breakdown tells the network from the host: a delay on the switch's
+# port toward h2 (netem delay 2ms), then h3's agent starved of CPU (a cgroup
+# v2 cpu.max of half the CPU it used), each seen from h1 and judged by the
+# shipped rules in the real Prometheus.
+#
+#   every host  the mesh agent (tests/vm/lib/mesh.sh), every target answering
+#   h1          Prometheus with dashboards/rules.yml; 2 min of normal (the
+#               rules' 30 min normal is what they have), then the median
+#               RTT, network RTT and responder delay of h1 -> h2 and h1 -> h3
+#               over 30 s (the agent's histograms between two scrapes)
+#   network     netem delay 2ms toward h2: the same 30 s again; h1 -> h2's
+#               network RTT takes at least 80% of the RTT's rise (which
+#               mesh_delay holds against ib_send_lat), the responder delay
+#               moves by less than 10% of it; QpwatchMeshPathSlow{cause=
+#               "network"} fires for h1 -> h2 and cause="host" does not
+#   host        h3's agent in a cgroup with cpu.max = half the CPU it used
+#               over the normal window: h1 -> h3's responder delay rises by
+#               at least 1 ms and by more than twice the network RTT's move;
+#               QpwatchMeshPathSlow{cause="host"} fires for h1 -> h3 and
+#               cause="network" does not
+#   figures in $FLEET_OUT/figures.txt
+# vm-timeout: 1500
+[ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts"
+h2=$(fleet_host_addr 2) h3=$(fleet_host_addr 3)
+WINDOW=30
+start_mesh_agent
+mesh_wait_answering 120
+if [ "$HOST_INDEX" = 1 ]; then
+  start_prometheus
+  expect_prom "Prometheus scrapes every agent" 'up{job="qpwatch"}' \
+    "$(fleet_agent_targets | sed 's/$/=1/' | sort | paste -sd' ')" 180
+fi
+fleet_barrier answering
+
+figure() {
+  log "figure: $*"
+  echo "$*" >>"$FLEET_OUT/figures.txt"
+}
+# parts BEFORE AFTER TARGET: "rtt network responder" medians (s) between two scrapes
+parts() {
+  local rtt net resp
+  rtt=$(hist_quantile "$1" "$2" 0.5 "$3" | cut -d' ' -f1)
+  net=$(hist_quantile "$1" "$2" 0.5 "$3" qpwatch_mesh_probe_network_rtt_seconds | cut -d' ' -f1)
+  resp=$(hist_quantile "$1" "$2" 0.5 "$3" qpwatch_mesh_responder_delay_seconds | cut -d' ' -f1)
+  echo "$rtt $net $resp"
+}
+# alert_state NAME CAUSE TARGET: pending, firing or nothing
+alert_state() {
+  curl -fsS "http://$PROM/api/v1/alerts" 2>/dev/null | jq -r --arg n "$1" --arg c "$2" --arg t "$3" \
+    '[.data.alerts[] | select(.labels.alertname == $n and .labels.cause == $c and .labels.target == $t and .labels.instance == "'"$AGENT_ADDR"'") | .state] | first // ""'
+}
+firing() { [ "$(alert_state QpwatchMeshPathSlow "$1" "$2")" = firing ]; }
+# expect_cause CAUSE OTHER TARGET: CAUSE fires for h1 -> TARGET within 4 min, OTHER does not
+expect_cause() {
+  local start=$SECONDS
+  WAIT_INTERVAL=2 wait_until 240 firing "$1" "$3" || fail "QpwatchMeshPathSlow{cause=\"$1\"} for h1 -> $3 not firing after 240 s"
+  figure "alert QpwatchMeshPathSlow{cause=\"$1\"} h1 -> $3 firing $((SECONDS - start)) s after the fault's window was measured"
+  assert_eq "QpwatchMeshPathSlow{cause=\"$2\"} for h1 -> $3" "" "$(alert_state QpwatchMeshPathSlow "$2" "$3")"
+}
+# cpu_ticks PID: utime + stime of the process (all threads)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+if [ "$HOST_INDEX" = 3 ]; then
+  c0=$(cpu_ticks "$AGENT_PID") t0=$SECONDS
+fi
+if [ "$HOST_INDEX" = 1 ]; then
+  sleep 90
+  b0=$(scrape base0)
+  sleep "$WINDOW"
+  b1=$(scrape base1)
+  read -r rtt2_b net2_b resp2_b <<<"$(parts "$b0" "$b1" "$h2")"
+  read -r rtt3_b net3_b resp3_b <<<"$(parts "$b0" "$b1" "$h3")"
+  figure "normal h1->h2: rtt $rtt2_b network $net2_b responder $resp2_b (s, medians over ${WINDOW} s)"
+  figure "normal h1->h3: rtt $rtt3_b network $net3_b responder $resp3_b"
+
+  fleet_switch netem 2 delay 2ms >&2
+  sleep 2
+  d0=$(scrape delay0)
+  sleep "$WINDOW"
+  d1=$(scrape delay1)
+  read -r rtt2_d net2_d resp2_d <<<"$(parts "$d0" "$d1" "$h2")"
+  figure "netem delay 2ms toward h2, h1->h2: rtt $rtt2_d network $net2_d responder $resp2_d"
+  read -r rise_rtt rise_net rise_resp <<<"$(awk -v a="$rtt2_b" -v b="$rtt2_d" -v c="$net2_b" -v d="$net2_d" -v e="$resp2_b" -v f="$resp2_d" \
+    'BEGIN { printf "%.6f %.6f %.6f", b - a, d - c, f - e }')"
+  figure "netem delay 2ms toward h2, h1->h2 rises: rtt $rise_rtt network $rise_net responder $rise_resp"
+  awk -v r="$rise_rtt" -v n="$rise_net" 'BEGIN { exit !(r > 0.001 && n >= 0.8 * r) }' ||
+    fail "h1 -> h2: the network RTT rose by $rise_net s of the RTT's $rise_rtt s"
+  awk -v r="$rise_rtt" -v p="$rise_resp" 'BEGIN { if (p < 0) p = -p; exit !(p < 0.1 * r) }' ||
+    fail "h1 -> h2: the responder delay moved by $rise_resp s with a network delay"
+  log "ok: the network delay is in the network RTT, not in the responder delay"
+  expect_cause network host "$h2"
+  fleet_switch clear 2 >&2
+fi
+fleet_barrier network-done 600
+
+if [ "$HOST_INDEX" = 3 ]; then
+  used=$(awk -v c=$(($(cpu_ticks "$AGENT_PID") - c0)) -v hz="$(getconf CLK_TCK)" -v s=$((SECONDS - t0)) 'BEGIN { printf "%.4f", c / hz / s }')
+  quota=$(awk -v u="$used" 'BEGIN { q = int(u / 2 * 100000); if (q < 2000) q = 2000; print q }')
+  mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+  echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+  mkdir -p /sys/fs/cgroup/qpwatch-starved
+  echo "$quota 100000" >/sys/fs/cgroup/qpwatch-starved/cpu.max
+  echo "$AGENT_PID" >/sys/fs/cgroup/qpwatch-starved/cgroup.procs
+  figure "h3's agent used $used CPU; starved to cpu.max $quota 100000"
+fi
+fleet_barrier starved
+if [ "$HOST_INDEX" = 1 ]; then
+  sleep 5
+  s0=$(scrape starve0)
+  sleep "$WINDOW"
+  s1=$(scrape starve1)
+  read -r rtt3_s net3_s resp3_s <<<"$(parts "$s0" "$s1" "$h3")"
+  figure "h3's agent starved, h1->h3: rtt $rtt3_s network $net3_s responder $resp3_s"
+  read -r rise_rtt rise_net rise_resp <<<"$(awk -v a="$rtt3_b" -v b="$rtt3_s" -v c="$net3_b" -v d="$net3_s" -v e="$resp3_b" -v f="$resp3_s" \
+    'BEGIN { printf "%.6f %.6f %.6f", b - a, d - c, f - e }')"
+  figure "h3's agent starved, h1->h3 rises: rtt $rise_rtt network $rise_net responder $rise_resp"
+  awk -v p="$rise_resp" -v n="$rise_net" 'BEGIN { if (n < 0) n = -n; exit !(p >= 0.001 && p > 2 * n) }' ||
+    fail "h1 -> h3: responder delay rose by $rise_resp s, network RTT moved by $rise_net s"
+  log "ok: the starved host is in the responder delay, not in the network RTT"
+  expect_cause host network "$h3"
+fi
+fleet_barrier host-done 600
+if [ "$HOST_INDEX" = 3 ]; then
+  echo "$AGENT_PID" >/sys/fs/cgroup/cgroup.procs
+  rmdir /sys/fs/cgroup/qpwatch-starved
+fi
+fleet_barrier restored
+stop_agent
