@@ -99,6 +99,9 @@ FLEET_PORTS=()
 # switch NIC with MAC fleet_switch_mac N; a root qdisc there delays or drops
 # the frames the switch sends TO host N (requests to N, not N's answers).
 #   fleet_switch netem N ARGS...   tc qdisc replace dev PORT root netem ARGS...
+#   fleet_switch netem-from N M ARGS...  the same for the frames from host M
+#                                  only (a prio qdisc, a u32 filter on M's
+#                                  address): a fault of the link M -> N alone
 #   fleet_switch clear N           remove the port's root qdisc (if any)
 #   fleet_switch link N up|down    ip link set PORT up|down
 #   fleet_switch stats N           tc -s qdisc and ip -s link of the port
@@ -152,6 +155,16 @@ fleet_switch_do() {
   port=$(fleet_switch_port "$host") || return 1
   case $action in
     netem) tc qdisc replace dev "$port" root netem "$@" && tc qdisc show dev "$port" ;;
+    netem-from)
+      p=$1
+      shift
+      tc qdisc del dev "$port" root 2>/dev/null || true
+      # band 1:2 for everything (priomap), 1:3 (netem) for host p's frames
+      tc qdisc add dev "$port" root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
+        tc qdisc add dev "$port" parent 1:3 handle 30: netem "$@" &&
+        tc filter add dev "$port" parent 1: protocol ip prio 1 u32 match ip src "$(fleet_host_addr "$p")/32" flowid 1:3 &&
+        tc qdisc show dev "$port" && tc filter show dev "$port"
+      ;;
     clear) tc qdisc del dev "$port" root 2>/dev/null || true; tc qdisc show dev "$port" ;;
     link) ip link set "$port" "$1" && ip -o link show "$port" ;;
     stats) tc -s qdisc show dev "$port" && ip -s link show "$port" ;;

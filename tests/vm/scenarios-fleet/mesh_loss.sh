@@ -13,7 +13,9 @@
 #   h1          Prometheus: QpwatchMeshPathLoss fires for (instance h1,
 #               target h2), within 75 s after the loss ends (for: 1m over
 #               a 1m window: about 65 s after the loss began), and not for
-#               h1 -> h3
+#               h1 -> h3; every path to and from h2 is lossy, so the voting
+#               rules blame the host: QpwatchMeshHostBad{host=h2} fires and
+#               QpwatchMeshLinkBad does not (mesh_attribution: a link)
 # vm-timeout: 900
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts"
 h1=$(fleet_host_addr 1) h2=$(fleet_host_addr 2) h3=$(fleet_host_addr 3)
@@ -75,9 +77,16 @@ if [ "$HOST_INDEX" = 1 ]; then
   firing='ALERTS{alertname="QpwatchMeshPathLoss",alertstate="firing",instance="'$h1:9721'"}'
   # alert_targets_are LIST: the targets h1's alert fires for (left in $ALERT_TARGETS)
   alert_targets_are() { ALERT_TARGETS=$(prom_query "$firing" | jq -r '[.data.result[].metric.target] | sort | join(" ")') && [ "$ALERT_TARGETS" = "$1" ]; }
-  WAIT_INTERVAL=2 wait_until 75 alert_targets_are "$h2" || true
+  # bad_hosts_are LIST: the hosts QpwatchMeshHostBad fires for (in $BAD_HOSTS)
+  bad_hosts_are() { BAD_HOSTS=$(prom_query 'ALERTS{alertname="QpwatchMeshHostBad",alertstate="firing"}' | jq -r '[.data.result[].metric.host] | sort | join(" ")') && [ "$BAD_HOSTS" = "$1" ]; }
+  both() { alert_targets_are "$h2" && bad_hosts_are "$h2"; }
+  WAIT_INTERVAL=2 wait_until 75 both || true
   assert_eq "h1: QpwatchMeshPathLoss firing for targets" "$h2" "$ALERT_TARGETS"
   log "QpwatchMeshPathLoss fired $((SECONDS - loss_start)) s after the loss began"
+  bad_hosts_are "$h2" || true
+  assert_eq "QpwatchMeshHostBad firing for hosts" "$h2" "$BAD_HOSTS"
+  assert_eq "QpwatchMeshLinkBad alerts (pending or firing)" "" \
+    "$(prom_query 'ALERTS{alertname="QpwatchMeshLinkBad"}' | jq -r '[.data.result[] | "\(.metric.src)->\(.metric.dst)"] | join(" ")')"
 fi
 fleet_barrier checked
 stop_agent
