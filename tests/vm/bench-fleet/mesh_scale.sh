@@ -15,6 +15,9 @@
 #      (60) s are measured: probes sent/answered/lost, the agent's threads
 #      and UD QPs before the targets came and after, its CPU time per 1,000
 #      probes, its RSS; the responders' CPU time on h2 and h3.
+#   MESH_BREAKDOWN=false (bench-fleet/mesh_scale_off): the same without the
+#      RTT breakdown ([mesh] rtt_breakdown), for its cost side by side in one
+#      boot; the peers' addresses and devices are removed at the end.
 # Figures: $FLEET_OUT/mesh_scale.txt (key value lines) and the log.
 # vm-timeout: 1500
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts (h1 probes, h2 and h3 hold the targets)"
@@ -82,6 +85,7 @@ targets_file = "$OUT/targets.json"
 targets_file_check_seconds = 2.0
 target_labels = ["host"]
 max_targets = 2000
+rtt_breakdown = ${MESH_BREAKDOWN:-true}
 TOML
 launch_agent --config "$OUT/qpwatch.toml"
 wait_agent_ready 240
@@ -165,6 +169,14 @@ if [ "$HOST_INDEX" = 1 ]; then
   record C.agent_cpu_ms_per_1000_probes "$(awk -v c=$((cpu1 - cpu0)) -v hz="$hz" -v n="$sent" 'BEGIN { if (n > 0) printf "%.1f", c * 1000 / hz * 1000 / n }')"
   record C.agent_cpu_percent "$(awk -v c=$((cpu1 - cpu0)) -v hz="$hz" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", 100 * c / hz / ((b - a) / 1e9) }')"
   record C.agent_rss_kib "$(rss_kib "$AGENT_PID")"
+  record C.rtt_breakdown "${MESH_BREAKDOWN:-true}"
+  # /metrics at 1,000 targets: 5 scrapes, the median time and the size
+  for _ in 1 2 3 4 5; do
+    curl -fsS -o /dev/null -w '%{time_total} %{size_download}\n' "http://$AGENT_ADDR/metrics"
+  done >"$OUT/scrapes.txt"
+  record C.scrape_seconds_median "$(sort -n "$OUT/scrapes.txt" | sed -n 3p | cut -d' ' -f1)"
+  record C.scrape_bytes "$(sort -n "$OUT/scrapes.txt" | sed -n 3p | cut -d' ' -f2)"
+  record C.scrape_series "$(grep -vc '^#' "$after")"
   record C.messages_dropped "$(metric "$after" qpwatch_mesh_messages_dropped_total)"
   record C.events_lost "$(metric "$after" qpwatch_events_lost_total)"
 fi
@@ -177,3 +189,16 @@ if [ "$HOST_INDEX" != 1 ]; then
 fi
 fleet_barrier recorded
 stop_agent
+if [ "$HOST_INDEX" != 1 ]; then
+  for ((i = 0; i < per_host; i++)); do
+    d=$((i / per_device))
+    dev=$nic
+    [ $d -eq 0 ] || dev=mv$d
+    echo "addr del $(target_addr "$HOST_INDEX" $i)/32 dev $dev"
+  done | ip -force -batch - 2>/dev/null || true
+  for ((d = 1; d < devices; d++)); do
+    rdma link delete "rxe$d" 2>/dev/null || true
+    ip link del "mv$d" 2>/dev/null || true
+  done
+fi
+fleet_barrier cleaned
