@@ -291,11 +291,11 @@ fn targets_file_interval(settings: &Settings) -> Option<tokio::time::Interval> {
     })
 }
 
-/// How often the discovered mesh targets follow the live QPs' peers: twice
-/// per probe interval, within [0.25 s, 5 s].
+/// How often the discovered mesh targets follow the live QPs' peers: four
+/// times per probe interval, within [0.25 s, 5 s].
 fn discovery_period(settings: &Settings) -> Option<Duration> {
     let mesh = settings.mesh.as_ref().filter(|m| m.discover)?;
-    Some((mesh.interval / 2).clamp(Duration::from_millis(250), Duration::from_secs(5)))
+    Some((mesh.interval / 4).clamp(Duration::from_millis(250), Duration::from_secs(5)))
 }
 
 fn discovery_interval(settings: &Settings) -> Option<tokio::time::Interval> {

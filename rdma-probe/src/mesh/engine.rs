@@ -17,7 +17,7 @@ use crate::time::{monotonic_ns, RunQueueWait};
 use crate::verbs::{poll_fds, pollin, AddressHandle, CmEvent, CmId, EventChannel, EventFd};
 
 use super::device::{AnswerError, Device, Probe, SendError, SEND_FLAG};
-use super::schedule::{nanos, next_due, phase_due, InFlight, Timers};
+use super::schedule::{nanos, phase_due, InFlight, Timers};
 use super::wire::{Kind, Message};
 use super::{Answer, Clock, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
 
@@ -537,9 +537,9 @@ impl Engine {
             remote_qkey: event.ud.qkey,
         });
         target.losses_in_row = 0;
-        let (index, count) = target.phase;
-        let due = phase_due(now, self.epoch, target.spec.interval, index, count);
-        self.send_at.set(id, due);
+        // The first probe goes at once (a target discovered from a live
+        // QP is probed within an interval); the next ones on its grid slot.
+        self.send_at.set(id, now);
         self.sink
             .resolved(&target.spec.key, &device_name, event.ud.qp_num);
         self.count_resolved();
@@ -593,7 +593,7 @@ impl Engine {
     // ---- probes ----
 
     fn send_due(&mut self, now: u64) {
-        while let Some((id, due)) = self.send_at.pop_due(now) {
+        while let Some((id, _due)) = self.send_at.pop_due(now) {
             let Some(target) = self.targets.get_mut(&id) else {
                 continue;
             };
@@ -606,6 +606,7 @@ impl Engine {
             target.attempts += 1;
             let key = target.spec.key.clone();
             let interval = target.spec.interval;
+            let (index, count) = target.phase;
             let Some(device) = self.devices.get_mut(&route.device) else {
                 continue;
             };
@@ -620,8 +621,10 @@ impl Engine {
             );
             let more = self.limit.is_none_or(|limit| target.attempts < limit);
             if more {
-                self.send_at
-                    .set(id, next_due(due, interval, monotonic_ns()));
+                // the next slot of the target's grid: no catch-up burst
+                // when the mesh fell behind
+                let next = phase_due(monotonic_ns() + 1, self.epoch, interval, index, count);
+                self.send_at.set(id, next);
             }
             match sent {
                 Ok(sent_ns) => {

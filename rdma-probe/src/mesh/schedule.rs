@@ -29,17 +29,6 @@ pub fn phase_due(now: u64, epoch: u64, interval: Duration, index: usize, count: 
     start.saturating_add((now - start).div_ceil(step).saturating_mul(step))
 }
 
-/// The due time after a probe due at `due` was sent at `now`: keeps the grid,
-/// unless the mesh fell behind by more than an interval (no catch-up burst).
-pub fn next_due(due: u64, interval: Duration, now: u64) -> u64 {
-    let next = due.saturating_add(nanos(interval).max(1));
-    if next < now {
-        now
-    } else {
-        next
-    }
-}
-
 /// One timer per key, ordered by time.
 #[derive(Debug)]
 pub struct Timers<K> {
@@ -266,11 +255,14 @@ mod tests {
     }
 
     #[test]
-    fn next_due_keeps_the_grid_without_bursts() {
+    fn after_a_send_the_next_slot_of_the_grid_without_bursts() {
         let interval = Duration::from_millis(100);
-        assert_eq!(next_due(1_000 * MS, interval, 1_003 * MS), 1_100 * MS);
-        // Behind by more than an interval: next probe now, not a burst.
-        assert_eq!(next_due(1_000 * MS, interval, 1_250 * MS), 1_250 * MS);
+        // sent on its slot (25 ms): the next one
+        assert_eq!(phase_due(25 * MS + 1, 0, interval, 1, 4), 125 * MS);
+        // the first probe sent at once on resolution (60 ms): back on the grid
+        assert_eq!(phase_due(60 * MS + 1, 0, interval, 1, 4), 125 * MS);
+        // behind by more than an interval: the next slot, not a burst
+        assert_eq!(phase_due(390 * MS + 1, 0, interval, 1, 4), 425 * MS);
     }
 
     #[test]

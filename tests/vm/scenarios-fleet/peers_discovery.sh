@@ -1,7 +1,8 @@
 # Peers from the kernel and probes that follow the traffic: agents in fleet
 # mode with `discover = true` and no configured target; an rdma_cm
-# connection h2 -> h1 (rping) and a raw verbs one h3 -> h1 (ib_send_bw, QP
-# numbers exchanged over TCP, RoCEv2 GID index 1).
+# connection h2 -> h1 (rping) and a raw verbs one h3 -> h1 (ib_send_lat -e:
+# QP numbers exchanged over TCP, RoCEv2 GID index 1, completions by events
+# so that the one-CPU guests are not busy-polled).
 #
 #   every host  agent up (interval 3 s, discover_expiry 15 s) . barrier agents
 #   h1          qpwatch events streaming ........................ barrier events
@@ -9,7 +10,7 @@
 #   each        while connected: qpwatch_peer_qps{peer=<other side>} == 1
 #               (h1: 2 peers), no peer between h2 and h3; the discovered
 #               target probed (sent >= 1) within 2 probe intervals of the
-#               connection showing in RTS, and answered
+#               connection's QPs showing in RTR or RTS, and answered
 #   h2, h3      traffic stopped ................................. barrier stopped
 #   each        peer series gone; the discovered target still probed 5 s
 #               later, gone 15 s (discover_expiry) after its last QP, within
@@ -43,9 +44,9 @@ case $HOST_INDEX in
     start_events
     rping -s -a "$h1" -C 1000000 >"$OUT/rping-server.log" 2>&1 &
     rping_server=$!
-    ib_send_bw -d rxe0 -x 1 -D 40 >"$OUT/send_bw-server.log" 2>&1 &
-    bw_server=$!
-    wait_until 30 bash -c "ss -Hltn 'sport = :18515' | grep -q ." || fail "ib_send_bw server not listening"
+    ib_send_lat -d rxe0 -x 1 -e -n 1000000 >"$OUT/send_lat-server.log" 2>&1 &
+    lat_server=$!
+    wait_until 30 bash -c "ss -Hltn 'sport = :18515' | grep -q ." || fail "ib_send_lat server not listening"
     fleet_barrier events
     ;;
   *) fleet_barrier events ;;
@@ -57,19 +58,20 @@ case $HOST_INDEX in
     client=$!
     ;;
   3)
-    ib_send_bw -d rxe0 -x 1 -D 40 "$h1" >"$OUT/send_bw-client.log" 2>&1 &
+    ib_send_lat -d rxe0 -x 1 -e -n 1000000 "$h1" >"$OUT/send_lat-client.log" 2>&1 &
     client=$!
     ;;
 esac
-# the connection as the kernel shows it: an RC QP of the traffic in RTS
+# the connection as the kernel shows it: an RC QP of the traffic in RTR or
+# RTS (the remote side is set at RTR)
 case $HOST_INDEX in
-  1) mine='.comm == "rping" or .comm == "ib_send_bw"' want=2 ;;
+  1) mine='.comm == "rping" or .comm == "ib_send_lat"' want=2 ;;
   *) mine=".pid == $client" want=1 ;;
 esac
-wait_until 60 bash -c "[ \"\$(rdma -j res show qp | jq '[.[] | select(.type == \"RC\" and .state == \"RTS\" and ($mine))] | length')\" -ge $want ]" ||
-  fail "h$HOST_INDEX: the traffic's QPs not in RTS"
+wait_until 60 bash -c "[ \"\$(rdma -j res show qp | jq '[.[] | select(.type == \"RC\" and (.state == \"RTR\" or .state == \"RTS\") and ($mine))] | length')\" -ge $want ]" ||
+  fail "h$HOST_INDEX: the traffic's QPs not in RTR or RTS"
 connected=$(date +%s%N)
-log "h$HOST_INDEX: $want RC QP(s) of the traffic in RTS"
+log "h$HOST_INDEX: $want RC QP(s) of the traffic connected"
 if [ "$HOST_INDEX" != 1 ]; then
   rdma -j res show qp | jq -r ".[] | select(.type == \"RC\" and ($mine)) | .lqpn" | head -n1 >"$FLEET_OUT/qpn.h$HOST_INDEX"
 fi
@@ -83,7 +85,7 @@ probed() { [ "$(sent_to "$(scrape probed)" "$1")" -ge 1 ]; }
 for p in $peers; do
   WAIT_INTERVAL=0.25 wait_until 60 probed "$p" || fail "h$HOST_INDEX: discovered $p never probed"
   ms=$((($(date +%s%N) - connected) / 1000000))
-  log "figure: h$HOST_INDEX -> $p: first probe ${ms} ms after the connection showed in RTS"
+  log "figure: h$HOST_INDEX -> $p: first probe ${ms} ms after the connection showed in the kernel"
   [ "$ms" -le $((2 * interval * 1000)) ] || fail "h$HOST_INDEX -> $p: first probe after $ms ms, more than 2 intervals"
 done
 for p in $peers; do
@@ -105,15 +107,13 @@ fleet_barrier connected
 # stop the traffic
 case $HOST_INDEX in
   1)
-    kill "$rping_server" 2>/dev/null
-    wait "$rping_server" 2>/dev/null || true
-    wait "$bw_server" || fail "ib_send_bw server failed"
+    kill "$rping_server" "$lat_server" 2>/dev/null
+    wait "$rping_server" "$lat_server" 2>/dev/null || true
     ;;
-  2)
+  *)
     kill "$client" 2>/dev/null
     wait "$client" 2>/dev/null || true
     ;;
-  3) wait "$client" || fail "ib_send_bw client failed" ;;
 esac
 no_peer_qps() {
   local f p
