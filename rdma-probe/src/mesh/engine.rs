@@ -132,10 +132,13 @@ pub struct Engine {
     message: Vec<u8>,
     next_target: TargetId,
     next_seq: u64,
-    /// How late the thread ran after its last wait ended (run-queue wait,
-    /// see [`RunQueueWait`]): a received probe is taken to have arrived that
-    /// much before it was polled, so a starved responder shows as host delay.
-    woke_late_ns: u64,
+    /// Per device, the thread's run-queue wait total (see [`RunQueueWait`])
+    /// when its CQ was last seen empty.
+    empty_at_wait: HashMap<DeviceKey, u64>,
+    /// The thread's run-queue wait since the CQ being drained was last seen
+    /// empty: a probe polled now is taken to have come that much earlier,
+    /// so a starved responder shows as host delay, not network.
+    held_ns: u64,
 }
 
 impl Engine {
@@ -189,7 +192,8 @@ impl Engine {
             message: Vec::new(),
             next_target: 0,
             next_seq: 1,
-            woke_late_ns: 0,
+            empty_at_wait: HashMap::new(),
+            held_ns: 0,
         })
     }
 
@@ -219,12 +223,15 @@ impl Engine {
                 fds.push(pollin(device.channel.fd()));
                 keys.push(*key);
             }
-            let waited_before = run_queue.total_ns();
             poll_fds(&mut fds, timeout_ms.min(1000))?;
-            self.woke_late_ns = match (waited_before, run_queue.total_ns()) {
-                (Some(before), Some(after)) => after.saturating_sub(before),
-                _ => 0,
-            };
+            // poll(2) scans the fds once more when the thread runs again, so
+            // a device not readable now had an empty CQ at this point.
+            let waited = run_queue.total_ns().unwrap_or(0);
+            for (i, key) in keys.iter().enumerate() {
+                if fds[i + 2].revents == 0 {
+                    self.empty_at_wait.insert(*key, waited);
+                }
+            }
             if fds[0].revents != 0 {
                 self.control.wake.drain();
                 if self.control.stop.load(Ordering::Acquire) {
@@ -238,9 +245,16 @@ impl Engine {
             self.cm_events()?;
             for (i, key) in keys.iter().enumerate() {
                 if fds[i + 2].revents != 0 {
+                    let now_waited = run_queue.total_ns().unwrap_or(0);
+                    let empty_at = self.empty_at_wait.get(key).copied().unwrap_or(now_waited);
+                    self.held_ns = now_waited.saturating_sub(empty_at);
                     self.completions(*key);
+                    self.empty_at_wait
+                        .insert(*key, run_queue.total_ns().unwrap_or(0));
                 }
             }
+            self.empty_at_wait
+                .retain(|key, _| self.devices.contains_key(key));
             self.drop_broken_devices();
             let now = monotonic_ns();
             self.expire(now);
@@ -747,7 +761,7 @@ impl Engine {
         match Message::decode(&message) {
             Err(_) => self.sink.dropped(Dropped::Malformed),
             Ok(probe) if probe.kind == Kind::Probe => {
-                let received = now.saturating_sub(self.woke_late_ns);
+                let received = now.saturating_sub(self.held_ns);
                 let answered = device.answer(wc, &mut grh, |tx| probe.answer(received, tx));
                 match answered {
                     Ok(()) => {

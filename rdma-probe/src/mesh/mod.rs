@@ -118,17 +118,26 @@ impl Answer {
         Duration::from_nanos(self.received_ns.saturating_sub(self.sent_ns))
     }
 
-    /// Time the probe spent in the responder (host delay on the far side).
+    /// Time the probe spent in the responder (host delay on the far side),
+    /// at most the whole RTT: the responder's software estimate can
+    /// overstate (see [`Answer::responder_delay_clamped`]).
     pub fn responder_delay(&self) -> Duration {
         Duration::from_nanos(self.responder_tx_ns.saturating_sub(self.responder_rx_ns))
+            .min(self.rtt())
     }
 
-    /// The RTT less the responder's delay (0 if the responder claims more
-    /// than the RTT: see [`Answer::responder_times_fit`]). With
-    /// [`Clock::Software`] it still holds the prober's own delay on both
-    /// ends (posting, and polling the answer): the prober delay is not
-    /// subtracted, as its send completion is polled by the same thread,
-    /// often after the packet left and sometimes after the answer came.
+    /// The responder claimed more than the whole RTT (its estimate of a
+    /// starved thread's wait counted time before the probe came): its delay
+    /// is taken as the RTT, the network RTT as 0.
+    pub fn responder_delay_clamped(&self) -> bool {
+        self.responder_tx_ns.saturating_sub(self.responder_rx_ns) > self.rtt().as_nanos() as u64
+    }
+
+    /// The RTT less the responder's delay. With [`Clock::Software`] it still
+    /// holds the prober's own delay on both ends (posting, and polling the
+    /// answer): the prober delay is not subtracted, as its send completion is
+    /// polled by the same thread, often after the packet left and sometimes
+    /// after the answer came.
     pub fn network_rtt(&self) -> Duration {
         self.rtt().saturating_sub(self.responder_delay())
     }
@@ -138,11 +147,11 @@ impl Answer {
     }
 
     /// Whether the responder's times are possible: answer posted no earlier
-    /// than the probe was polled, and no longer after it than the whole RTT
-    /// measured here. If not (a clock bug, a broken or lying peer), the
-    /// answer's RTT still holds, its network RTT and responder delay do not.
+    /// than the probe was received. If not (a clock bug, a broken or lying
+    /// peer), the answer's RTT still holds, its network RTT and responder
+    /// delay do not.
     pub fn responder_times_fit(&self) -> bool {
-        self.responder_tx_ns >= self.responder_rx_ns && self.responder_delay() <= self.rtt()
+        self.responder_tx_ns >= self.responder_rx_ns
     }
 }
 
@@ -353,19 +362,25 @@ mod tests {
     }
 
     #[test]
-    fn impossible_responder_times_do_not_fit() {
-        // the responder claims more than the RTT
+    fn a_responder_delay_beyond_the_rtt_is_clamped() {
+        // the responder claims more than the RTT: all of it is the host's
         let a = answer(0, 100, 0, 101);
-        assert!(!a.responder_times_fit());
-        assert_eq!(a.network_rtt(), Duration::ZERO, "saturates, never negative");
+        assert!(a.responder_times_fit());
+        assert!(a.responder_delay_clamped());
+        assert_eq!(a.responder_delay(), Duration::from_nanos(100));
+        assert_eq!(a.network_rtt(), Duration::ZERO, "never negative");
+        let a = answer(0, 100, 0, u64::MAX);
+        assert!(a.responder_delay_clamped());
+        assert_eq!(a.network_rtt(), Duration::ZERO);
+        assert!(!answer(0, 100, 0, 100).responder_delay_clamped());
+    }
+
+    #[test]
+    fn impossible_responder_times_do_not_fit() {
         // answer posted before the probe was received
         let a = answer(0, 100, 50, 10);
         assert!(!a.responder_times_fit());
         assert_eq!(a.responder_delay(), Duration::ZERO);
-        // garbage from a peer
-        let a = answer(0, 100, 0, u64::MAX);
-        assert!(!a.responder_times_fit());
-        assert_eq!(a.network_rtt(), Duration::ZERO);
     }
 
     #[test]

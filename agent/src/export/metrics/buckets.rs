@@ -26,11 +26,12 @@ pub const PROBE_RTT_BUCKETS: &[f64] = &[
 ];
 
 /// Host delays of a mesh probe (responder: probe polled to answer posted;
-/// prober: probe posted to its send completion polled): 100 ns to 10 ms, a
-/// few µs on hardware, tens of µs on soft-RoCE. Not configurable.
+/// prober: probe posted to its send completion polled): 100 ns to 1 s, a
+/// few µs on hardware, tens of µs on soft-RoCE, up to the probe timeout on a
+/// starved host. Not configurable.
 pub const PROBE_DELAY_BUCKETS: &[f64] = &[
     1e-7, 2.5e-7, 5e-7, 1e-6, 2e-6, 3e-6, 5e-6, 7.5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5, 5e-5, 7.5e-5,
-    1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 0.01,
+    1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
 /// Userspace minus kernel duration of a probe QP's verb call: the syscall and

@@ -75,6 +75,7 @@ struct BreakdownSeries {
     responder_delay: Histogram,
     prober_delay: Histogram,
     rejected: IntCounter,
+    clamped: IntCounter,
 }
 
 struct Series {
@@ -98,6 +99,7 @@ pub struct MeshMetrics {
     /// After the target labels: `clock`.
     prober_delay: HistogramVec,
     rejected: IntCounterVec,
+    clamped: IntCounterVec,
     resolve_failures: IntCounterVec,
     responses: IntCounterVec,
     dropped: IntCounterVec,
@@ -166,7 +168,12 @@ impl MeshMetrics {
             ),
             rejected: r.counter_vec(
                 "qpwatch_mesh_responder_times_rejected_total",
-                "Answers whose responder times cannot be (answer posted before the probe came, or after more than the RTT): their RTT counts, not their network RTT and responder delay.",
+                "Answers whose responder times cannot be (answer posted before the probe came): their RTT counts, not their network RTT and responder delay.",
+                &names,
+            ),
+            clamped: r.counter_vec(
+                "qpwatch_mesh_responder_delay_clamped_total",
+                "Answers whose responder delay exceeded the whole RTT (the responder's estimate of its thread's run-queue wait counted time before the probe came): taken as the RTT, network RTT 0.",
                 &names,
             ),
             resolve_failures: r.counter_vec(
@@ -298,6 +305,7 @@ impl MeshMetrics {
             responder_delay: self.responder_delay.with_label_values(values),
             prober_delay: self.prober_delay.with_label_values(&with_clock),
             rejected: self.rejected.with_label_values(values),
+            clamped: self.clamped.with_label_values(values),
         }
     }
 
@@ -319,6 +327,7 @@ impl MeshMetrics {
     fn remove_breakdown(&self, values: &[String]) {
         let _ = self.responder_delay.remove_label_values(values);
         let _ = self.rejected.remove_label_values(values);
+        let _ = self.clamped.remove_label_values(values);
         for clock in Clock::ALL {
             let with_clock = with_clock(values, clock);
             let _ = self.network_rtt.remove_label_values(&with_clock);
@@ -375,6 +384,9 @@ impl MeshMetrics {
                 network_rtt.observe(answer.network_rtt().as_secs_f64());
                 b.responder_delay
                     .observe(answer.responder_delay().as_secs_f64());
+                if answer.responder_delay_clamped() {
+                    b.clamped.inc();
+                }
             } else {
                 b.rejected.inc();
             }

@@ -389,6 +389,7 @@ fn mesh_rtt_breakdown_per_target() {
     for family in [
         "qpwatch_mesh_responder_delay_seconds_count",
         "qpwatch_mesh_responder_times_rejected_total",
+        "qpwatch_mesh_responder_delay_clamped_total",
     ] {
         assert_eq!(
             value(&text, &format!("{family}{series}")),
@@ -410,19 +411,25 @@ fn mesh_rtt_breakdown_per_target() {
 
     // 100 µs RTT: 30 µs in the responder, 70 µs network; prober 12 µs
     m.mesh.answered(&a, &answer(100_000, 30_000, Some(12_000)));
-    // the responder claims more than the RTT: the RTT counts, not the parts
+    // the responder claims more than the RTT: all of it is the host's
     m.mesh.answered(&a, &answer(100_000, 150_000, Some(5_000)));
     // not measured: no prober delay
     m.mesh.answered(&a, &answer(100_000, 30_000, None));
+    // impossible: answered before it was received; the RTT counts, not the parts
+    let impossible = Answer {
+        responder_tx_ns: 4_999_999_000,
+        ..answer(100_000, 0, None)
+    };
+    m.mesh.answered(&a, &impossible);
     let text = render(&m.registry);
     let get = |family: &str, labels: &str| value(&text, &format!("{family}{labels}"));
     assert_eq!(
         get("qpwatch_mesh_probe_rtt_seconds_count", series),
-        Some(3.0)
+        Some(4.0)
     );
     assert_eq!(
         get("qpwatch_mesh_probe_network_rtt_seconds_count", software),
-        Some(2.0)
+        Some(3.0)
     );
     assert_eq!(
         get("qpwatch_mesh_probe_network_rtt_seconds_sum", software),
@@ -433,11 +440,15 @@ fn mesh_rtt_breakdown_per_target() {
             "qpwatch_mesh_probe_network_rtt_seconds_bucket",
             r#"{clock="software",rack="r1",target="198.18.0.2",le="0.000075"}"#
         ),
-        Some(2.0)
+        Some(3.0)
     );
     assert_eq!(
         get("qpwatch_mesh_responder_delay_seconds_count", series),
-        Some(2.0)
+        Some(3.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_responder_delay_seconds_sum", series),
+        Some(160e-6)
     );
     assert_eq!(
         get(
@@ -448,6 +459,10 @@ fn mesh_rtt_breakdown_per_target() {
     );
     assert_eq!(
         get("qpwatch_mesh_responder_times_rejected_total", series),
+        Some(1.0)
+    );
+    assert_eq!(
+        get("qpwatch_mesh_responder_delay_clamped_total", series),
         Some(1.0)
     );
     assert_eq!(
@@ -491,6 +506,7 @@ fn mesh_rtt_breakdown_off_leaves_no_series() {
         "qpwatch_mesh_responder_delay_seconds",
         "qpwatch_mesh_prober_delay_seconds",
         "qpwatch_mesh_responder_times_rejected_total",
+        "qpwatch_mesh_responder_delay_clamped_total",
     ];
     let none_left = |text: &str| breakdown_families.iter().all(|f| !text.contains(f));
     m.mesh.add_target(&a, &Default::default());
