@@ -123,11 +123,11 @@ fleet_barrier connected
 # stop the traffic
 case $HOST_INDEX in
   1)
-    kill "$rping_server" "$lat_server" 2>/dev/null
+    kill "$rping_server" "$lat_server" 2>/dev/null || true
     wait "$rping_server" "$lat_server" 2>/dev/null || true
     ;;
   *)
-    kill "$client" 2>/dev/null
+    kill "$client" 2>/dev/null || true
     wait "$client" 2>/dev/null || true
     ;;
 esac
