@@ -103,8 +103,8 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     let mut metrics =
         Metrics::with_target_labels(&settings.buckets, &kernel_release(), target_labels);
     metrics
-        .register_ib_cm_counters(ib_cm::SYSFS_DIR, settings.limits.max_device_labels)
-        .context("registering the IB CM counters")?;
+        .register_sysfs_counters(ib_cm::SYSFS_DIR, settings.limits.max_device_labels)
+        .context("registering the sysfs counters")?;
     let sink: Option<Box<dyn EventSink>> = match mode {
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,

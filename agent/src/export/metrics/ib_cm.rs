@@ -5,19 +5,19 @@
 //! nothing is attached to ib_cm, so it stays free to unload, and a device
 //! that goes away takes its series with it.
 //!
-//! The daemon registers it with [`super::Metrics::register_ib_cm_counters`].
+//! The daemon registers it with [`super::Metrics::register_sysfs_counters`].
 
 use std::{
     collections::BTreeMap,
-    fs,
     path::{Path, PathBuf},
 };
 
 use prometheus::{
     core::{Collector, Desc},
-    proto::{Counter, LabelPair, Metric, MetricFamily, MetricType},
+    proto::MetricFamily,
 };
 
+use super::sysfs::{counter_family, entries, read_u64, sanitize};
 use crate::model::qp::OTHER;
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
@@ -108,33 +108,6 @@ fn device_counters(device: &Path) -> Vec<(&'static str, String, &'static str, St
     counters
 }
 
-fn entries(dir: &Path) -> Vec<String> {
-    fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-/// A label value from a file name: lowercase letters, digits and `_`.
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// A collector that reads the counters when the registry is gathered.
 pub struct IbCmCounters {
     dir: PathBuf,
@@ -162,13 +135,6 @@ impl IbCmCounters {
     }
 }
 
-fn label(name: &str, value: &str) -> LabelPair {
-    let mut pair = LabelPair::default();
-    pair.set_name(name.to_owned());
-    pair.set_value(value.to_owned());
-    pair
-}
-
 impl Collector for IbCmCounters {
     fn desc(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
@@ -179,32 +145,21 @@ impl Collector for IbCmCounters {
         [(MESSAGES, MESSAGES_HELP), (REPEATED, REPEATED_HELP)]
             .into_iter()
             .filter_map(|(name, help)| {
-                let metrics: Vec<Metric> = readings
-                    .iter()
-                    .filter(|r| r.metric == name)
-                    .map(|r| {
-                        let mut counter = Counter::default();
-                        counter.set_value(r.value as f64);
-                        let mut m = Metric::default();
-                        m.set_label(vec![
-                            label("device", &r.device),
-                            label("direction", r.direction),
-                            label("message", &r.message),
-                            label("port", &r.port),
-                        ]);
-                        m.set_counter(counter);
-                        m
-                    })
-                    .collect();
-                if metrics.is_empty() {
-                    return None;
-                }
-                let mut family = MetricFamily::default();
-                family.set_name(name.to_owned());
-                family.set_help(help.to_owned());
-                family.set_field_type(MetricType::COUNTER);
-                family.set_metric(metrics);
-                Some(family)
+                counter_family(
+                    name,
+                    help,
+                    readings.iter().filter(|r| r.metric == name).map(|r| {
+                        (
+                            vec![
+                                ("device", r.device.clone()),
+                                ("direction", r.direction.to_owned()),
+                                ("message", r.message.clone()),
+                                ("port", r.port.clone()),
+                            ],
+                            r.value,
+                        )
+                    }),
+                )
             })
             .collect()
     }
@@ -212,6 +167,8 @@ impl Collector for IbCmCounters {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn port(dir: &Path, device: &str, port: &str, group: &str, counters: &[(&str, u64)]) {

@@ -24,6 +24,7 @@ mod process;
 pub mod qp;
 mod registrar;
 pub mod responder;
+mod sysfs;
 
 use std::path::PathBuf;
 
@@ -55,8 +56,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Every family but the IB CM counters (see
-    /// [`Metrics::register_ib_cm_counters`]); `kernel` is the running
+    /// Every family but the counters read from sysfs (see
+    /// [`Metrics::register_sysfs_counters`]); `kernel` is the running
     /// kernel's release, for `qpwatch_build_info`.
     pub fn new(buckets: &Buckets, kernel: &str) -> Self {
         Self::with_target_labels(buckets, kernel, &[])
@@ -94,15 +95,17 @@ impl Metrics {
         }
     }
 
-    /// Adds ib_cm's per-port message counters, read from sysfs under `dir`
-    /// (normally [`ib_cm::SYSFS_DIR`]) at each scrape.
-    pub fn register_ib_cm_counters(
+    /// Adds the counters read from sysfs under `dir` (normally
+    /// [`ib_cm::SYSFS_DIR`]) at each scrape: ib_cm's per-port message
+    /// counters.
+    pub fn register_sysfs_counters(
         &mut self,
         dir: impl Into<PathBuf>,
         max_devices: usize,
     ) -> prometheus::Result<()> {
-        Registrar::new(&self.registry, &mut self.families)
-            .try_register(Box::new(ib_cm::IbCmCounters::new(dir, max_devices)))
+        let dir = dir.into();
+        let mut r = Registrar::new(&self.registry, &mut self.families);
+        r.try_register(Box::new(ib_cm::IbCmCounters::new(dir, max_devices)))
     }
 
     /// The names of the registered metric families (`process_*` included).

@@ -544,11 +544,11 @@ fn mesh_rtt_breakdown_off_leaves_no_series() {
 
 const README: &str = include_str!("../../../../README.md");
 
-/// Every family, the IB CM counters (registered by the daemon, not by
+/// Every family, the sysfs counters (registered by the daemon, not by
 /// `Metrics::new`) included.
 fn all_families() -> Vec<String> {
     let mut m = Metrics::new(&Buckets::default(), "k");
-    m.register_ib_cm_counters("/nonexistent", 1)
+    m.register_sysfs_counters("/nonexistent", 1)
         .expect("registered once");
     m.families().to_vec()
 }
