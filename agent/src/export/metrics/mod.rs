@@ -13,6 +13,7 @@
 mod buckets;
 mod build_info;
 pub mod cm;
+pub mod device_counters;
 pub mod events;
 pub mod hooks;
 pub mod ib_cm;
@@ -97,7 +98,7 @@ impl Metrics {
 
     /// Adds the counters read from sysfs under `dir` (normally
     /// [`ib_cm::SYSFS_DIR`]) at each scrape: ib_cm's per-port message
-    /// counters.
+    /// counters and every device's port and driver counters.
     pub fn register_sysfs_counters(
         &mut self,
         dir: impl Into<PathBuf>,
@@ -105,7 +106,11 @@ impl Metrics {
     ) -> prometheus::Result<()> {
         let dir = dir.into();
         let mut r = Registrar::new(&self.registry, &mut self.families);
-        r.try_register(Box::new(ib_cm::IbCmCounters::new(dir, max_devices)))
+        r.try_register(Box::new(ib_cm::IbCmCounters::new(&dir, max_devices)))?;
+        r.try_register(Box::new(device_counters::DeviceCounters::new(
+            dir,
+            max_devices,
+        )))
     }
 
     /// The names of the registered metric families (`process_*` included).

@@ -1,0 +1,329 @@
+//! Every RDMA device's own counters, read from sysfs at each scrape:
+//! - `DEV/ports/PORT/counters/*`: the IB port counters (PortCounters and
+//!   PortCountersExtended; only devices that answer MADs have them),
+//! - `DEV/ports/PORT/hw_counters/*` and `DEV/hw_counters/*`: the driver's
+//!   statistics (drivers/infiniband/core/sysfs.c, `setup_hw_stats`), whatever
+//!   the driver names them: soft-RoCE's `retry_exceeded_err`, mlx5's
+//!   `local_ack_timeout_err` alike; nothing here is per driver.
+//!
+//! A device that goes away takes its series with it; one that appears is
+//! read at the next scrape. Devices beyond `max_devices` (name order) are
+//! summed as `device="other"`. Counter names come from the driver's fixed
+//! table, so they are bounded without a cap of ours.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::MetricFamily,
+};
+
+use super::sysfs::{counter_family, entries, read_u64, sanitize};
+use crate::model::qp::OTHER;
+
+pub const PORT_COUNTERS: &str = "qpwatch_port_counter_total";
+const PORT_COUNTERS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
+pub const PORT_HW_COUNTERS: &str = "qpwatch_port_hw_counter_total";
+const PORT_HW_COUNTERS_HELP: &str =
+    "The driver's statistics of a device port (sysfs ports/PORT/hw_counters), by counter.";
+pub const DEVICE_HW_COUNTERS: &str = "qpwatch_device_hw_counter_total";
+const DEVICE_HW_COUNTERS_HELP: &str =
+    "The driver's device-wide statistics (sysfs hw_counters), by counter.";
+
+/// Not a counter: how long (ms) the kernel keeps a read of `hw_counters`
+/// before asking the driver again (drivers/infiniband/core/sysfs.c,
+/// `hw_stat_device_lifespan`).
+const LIFESPAN: &str = "lifespan";
+
+/// One counter read from sysfs. `port` is `None` for device-wide counters.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reading {
+    pub metric: &'static str,
+    pub device: String,
+    pub port: Option<String>,
+    pub counter: String,
+    pub value: u64,
+}
+
+type Key = (&'static str, String, Option<String>, String);
+
+/// Reads every device's counters under `dir` (normally
+/// [`super::ib_cm::SYSFS_DIR`]).
+pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
+    let mut devices = entries(dir);
+    devices.sort();
+    let mut sums: BTreeMap<Key, u64> = BTreeMap::new();
+    let mut named = 0;
+    for device in devices {
+        let counters = device_counters(&dir.join(&device));
+        if counters.is_empty() {
+            continue;
+        }
+        let label = if named < max_devices {
+            named += 1;
+            device
+        } else {
+            OTHER.to_owned()
+        };
+        for (metric, port, counter, value) in counters {
+            *sums
+                .entry((metric, label.clone(), port, counter))
+                .or_default() += value;
+        }
+    }
+    sums.into_iter()
+        .map(|((metric, device, port, counter), value)| Reading {
+            metric,
+            device,
+            port,
+            counter,
+            value,
+        })
+        .collect()
+}
+
+/// (metric, port, counter, value) of every counter of one device.
+fn device_counters(device: &Path) -> Vec<(&'static str, Option<String>, String, u64)> {
+    let mut counters = Vec::new();
+    let mut group = |dir: &Path, metric: &'static str, port: Option<&String>| {
+        for name in entries(dir) {
+            if name == LIFESPAN {
+                continue;
+            }
+            if let Some(value) = read_u64(&dir.join(&name)) {
+                counters.push((metric, port.cloned(), sanitize(&name), value));
+            }
+        }
+    };
+    group(&device.join("hw_counters"), DEVICE_HW_COUNTERS, None);
+    let ports = device.join("ports");
+    for port in entries(&ports) {
+        let port_dir = ports.join(&port);
+        group(&port_dir.join("counters"), PORT_COUNTERS, Some(&port));
+        group(&port_dir.join("hw_counters"), PORT_HW_COUNTERS, Some(&port));
+    }
+    counters
+}
+
+/// A collector that reads the counters when the registry is gathered.
+pub struct DeviceCounters {
+    dir: PathBuf,
+    max_devices: usize,
+    descs: [Desc; 3],
+}
+
+const FAMILIES: [(&str, &str); 3] = [
+    (PORT_COUNTERS, PORT_COUNTERS_HELP),
+    (PORT_HW_COUNTERS, PORT_HW_COUNTERS_HELP),
+    (DEVICE_HW_COUNTERS, DEVICE_HW_COUNTERS_HELP),
+];
+
+impl DeviceCounters {
+    pub fn new(dir: impl Into<PathBuf>, max_devices: usize) -> Self {
+        let desc = |(name, help): (&str, &str)| {
+            let labels: &[&str] = if name == DEVICE_HW_COUNTERS {
+                &["device", "counter"]
+            } else {
+                &["device", "port", "counter"]
+            };
+            Desc::new(
+                name.to_owned(),
+                help.to_owned(),
+                labels.iter().map(|l| (*l).to_owned()).collect(),
+                Default::default(),
+            )
+            .expect("valid metric")
+        };
+        Self {
+            dir: dir.into(),
+            max_devices,
+            descs: FAMILIES.map(desc),
+        }
+    }
+}
+
+impl Collector for DeviceCounters {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let readings = read(&self.dir, self.max_devices);
+        FAMILIES
+            .into_iter()
+            .filter_map(|(name, help)| {
+                counter_family(
+                    name,
+                    help,
+                    readings.iter().filter(|r| r.metric == name).map(|r| {
+                        let mut labels =
+                            vec![("counter", r.counter.clone()), ("device", r.device.clone())];
+                        if let Some(port) = &r.port {
+                            labels.push(("port", port.clone()));
+                        }
+                        (labels, r.value)
+                    }),
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn counters(dir: &Path, counters: &[(&str, &str)]) {
+        fs::create_dir_all(dir).unwrap();
+        for (name, value) in counters {
+            fs::write(dir.join(name), format!("{value}\n")).unwrap();
+        }
+    }
+
+    fn find(
+        readings: &[Reading],
+        metric: &str,
+        device: &str,
+        port: Option<&str>,
+        counter: &str,
+    ) -> Option<u64> {
+        readings
+            .iter()
+            .find(|r| {
+                r.metric == metric
+                    && r.device == device
+                    && r.port.as_deref() == port
+                    && r.counter == counter
+            })
+            .map(|r| r.value)
+    }
+
+    #[test]
+    fn reads_any_drivers_counters_and_caps_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // soft-RoCE: port hw_counters only (rxe_ib_alloc_hw_port_stats)
+        counters(
+            &d.join("rxe0/ports/1/hw_counters"),
+            &[
+                ("retry_exceeded_err", "3"),
+                ("rcvd_seq_err", "1"),
+                ("lifespan", "10"),
+            ],
+        );
+        // mlx5: port counters, port and device hw_counters
+        counters(
+            &d.join("mlx5_0/ports/1/counters"),
+            &[("port_xmit_data", "400"), ("symbol_error", "0")],
+        );
+        counters(
+            &d.join("mlx5_0/ports/1/hw_counters"),
+            &[
+                ("local_ack_timeout_err", "2"),
+                ("np_cnp_sent", "9"),
+                ("out_of_sequence", "5"),
+            ],
+        );
+        counters(&d.join("mlx5_0/hw_counters"), &[("rnr_nak_retry_err", "7")]);
+        counters(
+            &d.join("mlx5_1/ports/1/hw_counters"),
+            &[("out_of_sequence", "6")],
+        );
+        // not a number: skipped
+        counters(
+            &d.join("mlx5_1/ports/1/counters"),
+            &[("port_state", "ACTIVE")],
+        );
+        // no counters at all: takes no name
+        fs::create_dir_all(d.join("hfi1_0/ports/1")).unwrap();
+        let readings = read(d, 2);
+        assert_eq!(
+            find(
+                &readings,
+                PORT_COUNTERS,
+                "mlx5_0",
+                Some("1"),
+                "port_xmit_data"
+            ),
+            Some(400)
+        );
+        assert_eq!(
+            find(
+                &readings,
+                PORT_HW_COUNTERS,
+                "mlx5_0",
+                Some("1"),
+                "np_cnp_sent"
+            ),
+            Some(9)
+        );
+        assert_eq!(
+            find(
+                &readings,
+                DEVICE_HW_COUNTERS,
+                "mlx5_0",
+                None,
+                "rnr_nak_retry_err"
+            ),
+            Some(7)
+        );
+        assert_eq!(
+            find(
+                &readings,
+                PORT_HW_COUNTERS,
+                "mlx5_1",
+                Some("1"),
+                "out_of_sequence"
+            ),
+            Some(6)
+        );
+        // the third device with counters, in name order, is "other"
+        assert_eq!(
+            find(
+                &readings,
+                PORT_HW_COUNTERS,
+                OTHER,
+                Some("1"),
+                "retry_exceeded_err"
+            ),
+            Some(3)
+        );
+        assert!(readings
+            .iter()
+            .all(|r| r.counter != "lifespan" && r.counter != "port_state"));
+        assert!(readings
+            .iter()
+            .all(|r| r.device != "hfi1_0" && r.device != "rxe0"));
+    }
+
+    #[test]
+    fn exported_through_a_registry_and_gone_with_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        counters(
+            &dir.path().join("rxe0/ports/1/hw_counters"),
+            &[("sent_pkts", "12")],
+        );
+        let registry = prometheus::Registry::new();
+        registry
+            .register(Box::new(DeviceCounters::new(dir.path(), 64)))
+            .unwrap();
+        let text = crate::export::metrics::render(&registry);
+        assert!(
+            text.contains(
+                r#"qpwatch_port_hw_counter_total{counter="sent_pkts",device="rxe0",port="1"} 12"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains(PORT_COUNTERS),
+            "no series, no family: {text}"
+        );
+        fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
+        assert!(!crate::export::metrics::render(&registry).contains(PORT_HW_COUNTERS));
+    }
+}
