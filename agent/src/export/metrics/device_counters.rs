@@ -33,6 +33,9 @@ pub const DEVICE_HW_COUNTERS: &str = "qpwatch_device_hw_counter_total";
 const DEVICE_HW_COUNTERS_HELP: &str =
     "The driver's device-wide statistics (sysfs hw_counters), by counter.";
 
+/// The labels of the port families; the device-wide family has no `port`.
+const LABELS: [&str; 3] = ["device", "port", "counter"];
+
 /// Not a counter: how long (ms) the kernel keeps a read of `hw_counters`
 /// before asking the driver again (drivers/infiniband/core/sysfs.c,
 /// `hw_stat_device_lifespan`).
@@ -124,18 +127,13 @@ const FAMILIES: [(&str, &str); 3] = [
 impl DeviceCounters {
     pub fn new(dir: impl Into<PathBuf>, max_devices: usize) -> Self {
         let desc = |(name, help): (&str, &str)| {
-            let labels: &[&str] = if name == DEVICE_HW_COUNTERS {
-                &["device", "counter"]
-            } else {
-                &["device", "port", "counter"]
-            };
-            Desc::new(
-                name.to_owned(),
-                help.to_owned(),
-                labels.iter().map(|l| (*l).to_owned()).collect(),
-                Default::default(),
-            )
-            .expect("valid metric")
+            let labels = LABELS
+                .iter()
+                .filter(|&&l| l != "port" || name != DEVICE_HW_COUNTERS)
+                .map(|l| (*l).to_owned())
+                .collect();
+            Desc::new(name.to_owned(), help.to_owned(), labels, Default::default())
+                .expect("valid metric")
         };
         Self {
             dir: dir.into(),
