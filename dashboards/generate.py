@@ -454,13 +454,13 @@ def overview():
     b.row("Device counters")
     b.add(timeseries(
         "Device error and retry counters (top 10)",
-        [q("topk(10, sum by (device, port, counter) (rate(qpwatch_port_hw_counter_total{%s, counter=~\".*(err|retry|retries|timeout|nak|seq|sequence|duplicate|discard|downed).*\"}[%s])) or sum by (device, counter) (rate(qpwatch_device_hw_counter_total{%s, counter=~\".*(err|retry|retries|timeout|nak|seq|sequence|duplicate|discard|downed).*\"}[%s])))" % (DEV, RI, DEV, RI), "{{device}}/{{port}} {{counter}}")],
+        [q("topk(10, sum by (device, port, counter) (rate(qpwatch_port_hw_stats_total{%s, counter=~\".*(err|retry|retries|timeout|nak|seq|sequence|duplicate|discard|downed).*\"}[%s])) or sum by (device, counter) (rate(qpwatch_device_hw_stats_total{%s, counter=~\".*(err|retry|retries|timeout|nak|seq|sequence|duplicate|discard|downed).*\"}[%s])))" % (DEV, RI, DEV, RI), "{{device}}/{{port}} {{counter}}")],
         "ops",
         "Per second, the driver's error, retry, sequence and NAK counters of each device port and device (sysfs hw_counters, read at each scrape; names as the driver gives them: soft-RoCE's retry_exceeded_err, mlx5's local_ack_timeout_err, out_of_sequence, ...). A QP that went to ERR after retries ran out shows here as retry_exceeded_err or local_ack_timeout_err.",
     ), w=12)
     b.add(timeseries(
         "Device counters (top 10)",
-        [q("topk(10, sum by (device, port, counter) (rate(qpwatch_port_hw_counter_total{%s}[%s])) or sum by (device, counter) (rate(qpwatch_device_hw_counter_total{%s}[%s])) or sum by (device, port, counter) (rate(qpwatch_port_counter_total{%s}[%s])))" % (DEV, RI, DEV, RI, DEV, RI), "{{device}}/{{port}} {{counter}}")],
+        [q("topk(10, sum by (device, port, counter) (rate(qpwatch_port_hw_stats_total{%s}[%s])) or sum by (device, counter) (rate(qpwatch_device_hw_stats_total{%s}[%s])) or sum by (device, port, counter) (rate(qpwatch_port_ib_stats_total{%s}[%s])))" % (DEV, RI, DEV, RI, DEV, RI), "{{device}}/{{port}} {{counter}}")],
         "ops",
         "Per second, the busiest of every device counter: the driver's (hw_counters) and the IB port counters where the device has them (port_xmit_data and port_rcv_data in 4-octet words).",
     ), w=12)

@@ -24,13 +24,13 @@ use prometheus::{
 use super::sysfs::{counter_family, entries, read_u64, sanitize};
 use crate::model::qp::OTHER;
 
-pub const PORT_COUNTERS: &str = "qpwatch_port_counter_total";
-const PORT_COUNTERS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
-pub const PORT_HW_COUNTERS: &str = "qpwatch_port_hw_counter_total";
-const PORT_HW_COUNTERS_HELP: &str =
+pub const PORT_IB_STATS: &str = "qpwatch_port_ib_stats_total";
+const PORT_IB_STATS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
+pub const PORT_HW_STATS: &str = "qpwatch_port_hw_stats_total";
+const PORT_HW_STATS_HELP: &str =
     "The driver's statistics of a device port (sysfs ports/PORT/hw_counters), by counter.";
-pub const DEVICE_HW_COUNTERS: &str = "qpwatch_device_hw_counter_total";
-const DEVICE_HW_COUNTERS_HELP: &str =
+pub const DEVICE_HW_STATS: &str = "qpwatch_device_hw_stats_total";
+const DEVICE_HW_STATS_HELP: &str =
     "The driver's device-wide statistics (sysfs hw_counters), by counter.";
 
 /// The labels of the port families; the device-wide family has no `port`.
@@ -101,12 +101,12 @@ fn device_counters(device: &Path) -> Vec<(&'static str, Option<String>, String, 
             }
         }
     };
-    group(&device.join("hw_counters"), DEVICE_HW_COUNTERS, None);
+    group(&device.join("hw_counters"), DEVICE_HW_STATS, None);
     let ports = device.join("ports");
     for port in entries(&ports) {
         let port_dir = ports.join(&port);
-        group(&port_dir.join("counters"), PORT_COUNTERS, Some(&port));
-        group(&port_dir.join("hw_counters"), PORT_HW_COUNTERS, Some(&port));
+        group(&port_dir.join("counters"), PORT_IB_STATS, Some(&port));
+        group(&port_dir.join("hw_counters"), PORT_HW_STATS, Some(&port));
     }
     counters
 }
@@ -119,9 +119,9 @@ pub struct DeviceCounters {
 }
 
 const FAMILIES: [(&str, &str); 3] = [
-    (PORT_COUNTERS, PORT_COUNTERS_HELP),
-    (PORT_HW_COUNTERS, PORT_HW_COUNTERS_HELP),
-    (DEVICE_HW_COUNTERS, DEVICE_HW_COUNTERS_HELP),
+    (PORT_IB_STATS, PORT_IB_STATS_HELP),
+    (PORT_HW_STATS, PORT_HW_STATS_HELP),
+    (DEVICE_HW_STATS, DEVICE_HW_STATS_HELP),
 ];
 
 impl DeviceCounters {
@@ -129,7 +129,7 @@ impl DeviceCounters {
         let desc = |(name, help): (&str, &str)| {
             let labels = LABELS
                 .iter()
-                .filter(|&&l| l != "port" || name != DEVICE_HW_COUNTERS)
+                .filter(|&&l| l != "port" || name != DEVICE_HW_STATS)
                 .map(|l| (*l).to_owned())
                 .collect();
             Desc::new(name.to_owned(), help.to_owned(), labels, Default::default())
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(
             find(
                 &readings,
-                PORT_COUNTERS,
+                PORT_IB_STATS,
                 "mlx5_0",
                 Some("1"),
                 "port_xmit_data"
@@ -251,19 +251,13 @@ mod tests {
             Some(400)
         );
         assert_eq!(
-            find(
-                &readings,
-                PORT_HW_COUNTERS,
-                "mlx5_0",
-                Some("1"),
-                "np_cnp_sent"
-            ),
+            find(&readings, PORT_HW_STATS, "mlx5_0", Some("1"), "np_cnp_sent"),
             Some(9)
         );
         assert_eq!(
             find(
                 &readings,
-                DEVICE_HW_COUNTERS,
+                DEVICE_HW_STATS,
                 "mlx5_0",
                 None,
                 "rnr_nak_retry_err"
@@ -273,7 +267,7 @@ mod tests {
         assert_eq!(
             find(
                 &readings,
-                PORT_HW_COUNTERS,
+                PORT_HW_STATS,
                 "mlx5_1",
                 Some("1"),
                 "out_of_sequence"
@@ -284,7 +278,7 @@ mod tests {
         assert_eq!(
             find(
                 &readings,
-                PORT_HW_COUNTERS,
+                PORT_HW_STATS,
                 OTHER,
                 Some("1"),
                 "retry_exceeded_err"
@@ -313,15 +307,15 @@ mod tests {
         let text = crate::export::metrics::render(&registry);
         assert!(
             text.contains(
-                r#"qpwatch_port_hw_counter_total{counter="sent_pkts",device="rxe0",port="1"} 12"#
+                r#"qpwatch_port_hw_stats_total{counter="sent_pkts",device="rxe0",port="1"} 12"#
             ),
             "{text}"
         );
         assert!(
-            !text.contains(PORT_COUNTERS),
+            !text.contains(PORT_IB_STATS),
             "no series, no family: {text}"
         );
         fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
-        assert!(!crate::export::metrics::render(&registry).contains(PORT_HW_COUNTERS));
+        assert!(!crate::export::metrics::render(&registry).contains(PORT_HW_STATS));
     }
 }
