@@ -93,6 +93,9 @@ pub struct QpEvent {
     /// `REMOTE_*` bits (modifies only).
     pub remote: u32,
     pub _reserved: u32,
+    /// `bpf_get_current_cgroup_id()`: the creating task's cgroup v2 id (the
+    /// cgroup directory's inode number); creates only, 0 otherwise.
+    pub cgroup_id: u64,
 }
 
 impl QpEvent {
@@ -114,6 +117,7 @@ impl QpEvent {
             remote_gid: [0; 16],
             remote: 0,
             _reserved: 0,
+            cgroup_id: 0,
         }
     }
 }
@@ -321,7 +325,7 @@ mod tests {
 
     #[test]
     fn event_has_no_implicit_padding() {
-        let fields = 4 * 2 + 8 * 3 + 4 * 6 + COMM_LEN + DEVICE_NAME_LEN + 16 + 4 * 2;
+        let fields = 4 * 2 + 8 * 3 + 4 * 6 + COMM_LEN + DEVICE_NAME_LEN + 16 + 4 * 2 + 8;
         assert_eq!(size_of::<QpEvent>(), fields);
         assert_eq!(size_of::<PendingKey>(), 16);
         assert_eq!(size_of::<KernelOffsets>(), 4 * 12);

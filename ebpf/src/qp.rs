@@ -1,7 +1,10 @@
 //! QP lifecycle programs: kprobe/kretprobe pairs in ib_core.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_probe_read_kernel,
+    },
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
@@ -36,6 +39,8 @@ fn begin_create(
 ) {
     let mut event = new_event(EventKind::QpCreate);
     event.origin = origin as u32;
+    // SAFETY: a helper without arguments, allowed in kprobes.
+    event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     event.qp_type = read_u32(init_attr, offsets.ib_qp_init_attr_qp_type);
     read_device_name(device, offsets, &mut event.device);
     begin(ctx, &PENDING, hook, &event);

@@ -69,6 +69,8 @@ pub struct QpCall {
     /// `IB_QP_DEST_QPN`); `None` otherwise or when peers are off.
     pub remote_gid: Option<Gid>,
     pub remote_qpn: Option<u32>,
+    /// The creating task's cgroup v2 id (creates only; 0 otherwise).
+    pub cgroup_id: u64,
     comm: [u8; qpwatch_common::COMM_LEN],
     device: [u8; qpwatch_common::DEVICE_NAME_LEN],
 }
@@ -135,6 +137,7 @@ impl QpCall {
             rc: 0,
             remote_gid: None,
             remote_qpn: None,
+            cgroup_id: 0,
             comm: *b"synthetic\0\0\0\0\0\0\0",
             device: dev,
         }
@@ -322,6 +325,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         rc: raw.rc,
         remote_gid: (raw.remote & REMOTE_GID != 0).then_some(Gid(raw.remote_gid)),
         remote_qpn: (raw.remote & REMOTE_QPN != 0).then_some(raw.remote_qpn),
+        cgroup_id: raw.cgroup_id,
         comm: raw.comm,
         device: raw.device,
     }))
@@ -502,6 +506,7 @@ mod prop {
             rc in any::<i32>(),
             attr_mask in any::<u32>(),
             new_state in 0u32..10,
+            cgroup_id in any::<u64>(),
             comm in proptest::collection::vec(any::<u8>(), COMM_LEN),
             device in proptest::collection::vec(any::<u8>(), DEVICE_NAME_LEN),
         ) -> QpEvent {
@@ -516,6 +521,7 @@ mod prop {
             e.rc = rc;
             e.attr_mask = attr_mask;
             e.new_state = new_state;
+            e.cgroup_id = cgroup_id;
             e.comm.copy_from_slice(&comm);
             e.device.copy_from_slice(&device);
             e
@@ -569,6 +575,7 @@ mod prop {
             prop_assert_eq!(call.qp_num, e.qp_num);
             prop_assert_eq!(call.qp_type, QpType::from_kernel(e.qp_type));
             prop_assert_eq!(call.rc, e.rc);
+            prop_assert_eq!(call.cgroup_id, e.cgroup_id);
             prop_assert_eq!(call.duration(), Duration::from_nanos(e.end_ns.saturating_sub(e.start_ns)));
             prop_assert_eq!(call.device_bytes(), &e.device);
             prop_assert_eq!(call.comm_bytes(), &e.comm);
