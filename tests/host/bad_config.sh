@@ -61,6 +61,7 @@ file_case "mesh: zero max targets" "qpwatch.toml:2:15: mesh.max_targets: 0 is no
 file_case "mesh: zero discover expiry" "qpwatch.toml:2:27: mesh.discover_expiry_seconds: 0 is not a number of seconds between 1 and 86400" '[mesh]\ndiscover_expiry_seconds = 0'
 file_case "mesh: discover not a bool" "qpwatch.toml:2:12: mesh.discover" '[mesh]\ndiscover = "yes"'
 file_case "limits: zero peer labels" "qpwatch.toml:2:19: limits.max_peer_labels: 0 is not between 1 and 4096" '[limits]\nmax_peer_labels = 0'
+file_case "limits: too many cgroup labels" "qpwatch.toml:2:21: limits.max_cgroup_labels: 5000 is not between 1 and 4096" '[limits]\nmax_cgroup_labels = 5000'
 file_case "mesh: rtt_breakdown not a boolean" "qpwatch.toml:2:17: mesh.rtt_breakdown: invalid type: string \"yes\", expected a boolean" '[mesh]\nrtt_breakdown = "yes"'
 file_case "mesh: unknown key" "qpwatch.toml:2:1: mesh.interval: unknown field" '[mesh]\ninterval = 1'
 file_case "ud target without [mesh]" "qpwatch.toml:4:8: targets[0].mode: \"ud\" targets are probed by the mesh" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"'

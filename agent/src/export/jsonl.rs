@@ -61,6 +61,9 @@ pub struct JsonEvent<'a> {
     pub remote_gid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_qpn: Option<u32>,
+    /// The creating task's cgroup v2 path (creates only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<&'a str>,
 }
 
 pub struct JsonLines<W: Write + Send> {
@@ -102,7 +105,13 @@ fn qp_op(call: &QpCall) -> &'static str {
 }
 
 impl<W: Write + Send> EventSink for JsonLines<W> {
-    fn qp(&mut self, call: &QpCall, from: Option<QpState>, cm_id: Option<u32>) {
+    fn qp(
+        &mut self,
+        call: &QpCall,
+        from: Option<QpState>,
+        cm_id: Option<u32>,
+        cgroup: Option<&str>,
+    ) {
         let to = match call.call {
             Call::Modify { to, .. } => to,
             _ => None,
@@ -137,6 +146,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             origin,
             remote_gid: call.remote_gid.map(|gid| gid.to_string()),
             remote_qpn: call.remote_qpn,
+            cgroup,
         };
         self.write(&event);
     }
@@ -174,6 +184,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             origin: Some(if call.user { "user" } else { "kernel" }),
             remote_gid: None,
             remote_qpn: None,
+            cgroup: None,
         };
         self.write(&event);
     }
@@ -218,7 +229,12 @@ mod tests {
         gid[10..].copy_from_slice(&[0xff, 0xff, 198, 18, 0, 2]);
         call.remote_gid = Some(crate::kernel::rdma::Gid(gid));
         call.remote_qpn = Some(0x11);
-        sink.qp(&call, Some(QpState::Init), Some(4));
+        sink.qp(
+            &call,
+            Some(QpState::Init),
+            Some(4),
+            Some("/system.slice/a.service"),
+        );
         let cm = CmCorrelator::new(CmNames::linux_6_1());
         let mut connect = CmCall::synthetic(CmOp::Connect, 4, 2_000);
         connect.qp_num = 17;
@@ -236,7 +252,9 @@ mod tests {
         assert_eq!(lines[0]["cm_id"], 4);
         assert_eq!(lines[0]["remote_gid"], "198.18.0.2");
         assert_eq!(lines[0]["remote_qpn"], 0x11);
+        assert_eq!(lines[0]["cgroup"], "/system.slice/a.service");
         assert!(lines[1].get("remote_gid").is_none());
+        assert!(lines[1].get("cgroup").is_none());
         assert_eq!(lines[1]["op"], "rdma_connect_locked");
         assert_eq!(lines[1]["qp_num"], 17);
         assert_eq!(lines[1]["cm_id"], 4);

@@ -2,6 +2,7 @@
 //! attaches them, and RDMA netlink.
 
 pub mod btf;
+pub mod cgroup;
 pub mod hooks;
 pub mod offsets;
 pub mod rdma;

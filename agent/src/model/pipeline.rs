@@ -8,7 +8,7 @@ use crate::{
     export::metrics::Metrics,
     kernel::rdma::QpState,
     model::cm::CmCorrelator,
-    model::events::{clock_ns, decode, CmCall, QpCall, Record},
+    model::events::{clock_ns, decode, Call, CmCall, QpCall, Record},
     model::qp::Correlator,
 };
 
@@ -21,8 +21,15 @@ pub const REORDER_WINDOW_NS: u64 = 50_000_000;
 
 /// Receives each decoded event with the correlators' view of it.
 pub trait EventSink: Send {
-    /// `from` is the QP's state before the call; `cm_id` the CM id it is joined to.
-    fn qp(&mut self, call: &QpCall, from: Option<QpState>, cm_id: Option<u32>);
+    /// `from` is the QP's state before the call; `cm_id` the CM id it is
+    /// joined to; `cgroup` the creating task's cgroup path (creates only).
+    fn qp(
+        &mut self,
+        call: &QpCall,
+        from: Option<QpState>,
+        cm_id: Option<u32>,
+        cgroup: Option<&str>,
+    );
     fn cm(&mut self, call: &CmCall, cm: &CmCorrelator);
 }
 
@@ -128,7 +135,15 @@ impl Pipeline {
             Record::Qp(call) => {
                 if let Some(sink) = self.sink.as_mut() {
                     let from = self.correlator.state_of(call.device(), call.qp_num);
-                    sink.qp(&call, from, self.cm.cm_id_for_qp(call.qp_num));
+                    let cgroup = matches!(call.call, Call::Create { .. })
+                        .then(|| self.correlator.cgroup_path(call.cgroup_id))
+                        .flatten();
+                    sink.qp(
+                        &call,
+                        from,
+                        self.cm.cm_id_for_qp(call.qp_num),
+                        cgroup.as_deref(),
+                    );
                 }
                 self.correlator.handle(&call, &mut self.metrics);
                 if call.pid == self.own_pid {

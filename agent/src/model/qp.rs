@@ -15,6 +15,7 @@ use qpwatch_common::{QpOrigin, COMM_LEN, DEVICE_NAME_LEN};
 use crate::{
     kernel::rdma::{Gid, QpState, QpType},
     model::{
+        cgroups::{CgroupLabels, CgroupNames},
         events::{Call, QpCall},
         peers::Peers,
     },
@@ -34,6 +35,8 @@ pub enum Observation {
         origin: QpOrigin,
         /// The creating task's name, capped by `max_process_labels`.
         comm: Label,
+        /// The creating task's cgroup path, capped by `max_cgroup_labels`.
+        cgroup: Label,
         duration: Duration,
     },
     CreateFailed {
@@ -168,6 +171,8 @@ pub struct Limits {
     pub max_process_labels: usize,
     /// Distinct `peer` label values of `qpwatch_peer_qps`.
     pub max_peer_labels: usize,
+    /// Distinct `cgroup` label values of `qpwatch_qp_created_by_cgroup_total`.
+    pub max_cgroup_labels: usize,
 }
 
 impl Default for Limits {
@@ -177,6 +182,7 @@ impl Default for Limits {
             max_device_labels: 64,
             max_process_labels: 20,
             max_peer_labels: 64,
+            max_cgroup_labels: 64,
         }
     }
 }
@@ -284,6 +290,7 @@ pub struct Correlator {
     next_generation: u64,
     devices: Devices,
     comms: CappedLabels,
+    cgroups: CgroupLabels,
     peers: Peers,
 }
 
@@ -296,6 +303,16 @@ fn since(start: u64, end: u64) -> Duration {
 }
 
 impl Correlator {
+    /// Names the cgroup ids of QP creates (without it, all are `"unknown"`).
+    pub fn set_cgroup_names(&mut self, names: Box<dyn CgroupNames>) {
+        self.cgroups.set_names(names);
+    }
+
+    /// A cgroup id's full path, if it can be named (for `qpwatch events`).
+    pub fn cgroup_path(&mut self, id: u64) -> Option<Arc<str>> {
+        self.cgroups.path(id)
+    }
+
     pub fn new(limits: Limits) -> Self {
         let other: Label = Arc::from(OTHER);
         Self {
@@ -308,6 +325,7 @@ impl Correlator {
                 other: Arc::clone(&other),
             },
             comms: CappedLabels::new(limits.max_process_labels, Arc::clone(&other)),
+            cgroups: CgroupLabels::new(limits.max_cgroup_labels, Arc::clone(&other)),
             peers: Peers::new(limits.max_peer_labels, other),
         }
     }
@@ -503,11 +521,16 @@ impl Correlator {
         if capped {
             out.observe(Observation::LabelOverflow { label: "comm" });
         }
+        let (cgroup, capped) = self.cgroups.label(call.cgroup_id);
+        if capped {
+            out.observe(Observation::LabelOverflow { label: "cgroup" });
+        }
         out.observe(Observation::Created {
             device: Arc::clone(&device),
             qp_type: call.qp_type,
             origin,
             comm,
+            cgroup,
             duration: call.duration(),
         });
         self.insert(
@@ -847,8 +870,9 @@ mod tests {
         assert_eq!(c.tracked(), 0);
         assert!(matches!(
             &out[0],
-            Observation::Created { duration, qp_type: QpType::Rc, origin: QpOrigin::User, device, comm }
+            Observation::Created { duration, qp_type: QpType::Rc, origin: QpOrigin::User, device, comm, cgroup }
                 if *duration == d(40) && &**device == "rxe0" && &**comm == "synthetic"
+                    && &**cgroup == crate::model::cgroups::UNKNOWN
         ));
         assert_eq!(
             transitions(&out),
@@ -1089,6 +1113,42 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn cgroup_labels_are_capped_and_paths_stay_nameable() {
+        let mut c = Correlator::new(Limits {
+            max_cgroup_labels: 1,
+            ..Limits::default()
+        });
+        c.set_cgroup_names(Box::new(crate::model::cgroups::tests::Table(vec![
+            (10, "/a.slice"),
+            (11, "/b.slice"),
+        ])));
+        let mut out = Vec::new();
+        for (qp, cgroup_id) in [(1, 10), (2, 11), (3, 99)] {
+            let mut call = create(qp, 0, 1);
+            call.cgroup_id = cgroup_id;
+            c.handle(&call, &mut out);
+        }
+        let cgroups: Vec<&str> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Created { cgroup, .. } => Some(&**cgroup),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            cgroups,
+            vec!["/a.slice", OTHER, crate::model::cgroups::UNKNOWN]
+        );
+        assert_eq!(
+            out.iter()
+                .filter(|o| **o == Observation::LabelOverflow { label: "cgroup" })
+                .count(),
+            1
+        );
+        assert_eq!(c.cgroup_path(11).as_deref(), Some("/b.slice"));
     }
 
     #[test]

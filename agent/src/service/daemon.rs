@@ -22,6 +22,7 @@ use crate::{
     export::http::{self, HttpState},
     export::jsonl::JsonLines,
     export::metrics::{ib_cm, Metrics},
+    kernel::cgroup::CgroupPaths,
     kernel::offsets::kernel_release,
     kernel::tracer::{Tracer, TracerConfig},
     model::cm::{CmCorrelator, CmNames},
@@ -109,8 +110,17 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,
     };
+    let cgroups = CgroupPaths::from_mounts();
+    match cgroups.root() {
+        Some(root) => {
+            info!(root = %root.display(), "QP creators' cgroups named from this cgroup v2 hierarchy")
+        }
+        None => warn!("no cgroup2 file system mounted: QP creators' cgroups are \"unknown\""),
+    }
+    let mut correlator = Correlator::new(settings.limits);
+    correlator.set_cgroup_names(Box::new(cgroups));
     let mut pipeline = Pipeline::new(
-        Correlator::new(settings.limits),
+        correlator,
         CmCorrelator::new(CmNames::linux_6_1()),
         metrics.clone(),
     );

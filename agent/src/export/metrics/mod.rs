@@ -127,8 +127,11 @@ impl Observer for Metrics {
                 qp_type,
                 origin,
                 comm,
+                cgroup,
                 duration,
-            } => self.qp.created(&device, qp_type, origin, &comm, duration),
+            } => self
+                .qp
+                .created(&device, qp_type, origin, &comm, &cgroup, duration),
             Observation::CreateFailed {
                 device,
                 origin,

@@ -13,6 +13,7 @@ use crate::kernel::rdma::{errno_label, QpState, QpType};
 pub struct QpMetrics {
     created: IntCounterVec,
     created_by_process: IntCounterVec,
+    created_by_cgroup: IntCounterVec,
     create_errors: IntCounterVec,
     create_duration: HistogramVec,
     transition_duration: HistogramVec,
@@ -44,6 +45,11 @@ impl QpMetrics {
                 "qpwatch_qp_created_by_process_total",
                 "QPs created, by the creating task's name (first max_process_labels names; the rest are \"other\").",
                 &["comm"],
+            ),
+            created_by_cgroup: r.counter_vec(
+                "qpwatch_qp_created_by_cgroup_total",
+                "QPs created, by the creating task's cgroup v2 path (first max_cgroup_labels paths; the rest are \"other\"; \"unknown\" when it could not be named).",
+                &["cgroup"],
             ),
             create_errors: r.counter_vec(
                 "qpwatch_qp_create_errors_total",
@@ -107,6 +113,7 @@ impl QpMetrics {
         qp_type: QpType,
         origin: QpOrigin,
         comm: &str,
+        cgroup: &str,
         duration: Duration,
     ) {
         let origin = origin_label(origin);
@@ -114,6 +121,7 @@ impl QpMetrics {
             .with_label_values(&[device, qp_type.label(), origin])
             .inc();
         self.created_by_process.with_label_values(&[comm]).inc();
+        self.created_by_cgroup.with_label_values(&[cgroup]).inc();
         self.create_duration
             .with_label_values(&[device, origin])
             .observe(duration.as_secs_f64());

@@ -19,6 +19,7 @@ fn observations_land_in_the_exposition() {
         qp_type: QpType::Rc,
         origin: QpOrigin::User,
         comm: Arc::from("rping"),
+        cgroup: Arc::from("/system.slice/rping.service"),
         duration: Duration::from_micros(30),
     });
     m.observe(Observation::Transition {
@@ -137,6 +138,7 @@ fn process_and_cm_error_counters() {
         qp_type: QpType::Rc,
         origin: QpOrigin::Kernel,
         comm: Arc::from("kworker/u4:1"),
+        cgroup: Arc::from("/"),
         duration: Duration::from_micros(30),
     });
     for event in ["REJECTED", "ESTABLISHED"] {
@@ -153,6 +155,10 @@ fn process_and_cm_error_counters() {
             &text,
             r#"qpwatch_qp_created_by_process_total{comm="kworker/u4:1"}"#
         ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, r#"qpwatch_qp_created_by_cgroup_total{cgroup="/"}"#),
         Some(1.0)
     );
     assert_eq!(

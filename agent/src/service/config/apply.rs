@@ -9,10 +9,11 @@ use super::{
     cli::{LogFormat, ProbeModeSetting, RunArgs},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
-        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
-        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
-        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
+        Limit, MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS,
+        MAX_TRACKED_QPS, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
+        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
+        TARGET_TIMEOUT,
     },
     rules::{
         check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
@@ -76,6 +77,7 @@ pub(super) struct Input {
     pub max_device_labels: Option<Given<i64>>,
     pub max_process_labels: Option<Given<i64>>,
     pub max_peer_labels: Option<Given<i64>>,
+    pub max_cgroup_labels: Option<Given<i64>>,
     pub buckets_call_latency: Option<Given<Vec<f64>>>,
     pub buckets_dwell: Option<Given<Vec<f64>>>,
     pub buckets_lifetime: Option<Given<Vec<f64>>>,
@@ -217,6 +219,11 @@ impl Input {
                 MAX_PEER_LABELS,
                 &self.max_peer_labels,
                 &mut s.limits.max_peer_labels,
+            ),
+            (
+                MAX_CGROUP_LABELS,
+                &self.max_cgroup_labels,
+                &mut s.limits.max_cgroup_labels,
             ),
         ] {
             set(slot, given, |v| limit.integer(*v).map(|v| v as usize))?;
@@ -371,6 +378,7 @@ impl RunArgs {
             max_device_labels: limited(&MAX_DEVICE_LABELS, self.max_device_labels),
             max_process_labels: limited(&MAX_PROCESS_LABELS, self.max_process_labels),
             max_peer_labels: limited(&MAX_PEER_LABELS, self.max_peer_labels),
+            max_cgroup_labels: limited(&MAX_CGROUP_LABELS, self.max_cgroup_labels),
             buckets_call_latency: buckets("--buckets-call-latency", &self.buckets_call_latency),
             buckets_dwell: buckets("--buckets-dwell", &self.buckets_dwell),
             buckets_lifetime: buckets("--buckets-lifetime", &self.buckets_lifetime),

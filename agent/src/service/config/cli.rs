@@ -192,6 +192,9 @@ pub struct RunArgs {
     /// `limits.max_peer_labels` [default: 64].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_peer_labels: Option<i64>,
+    /// `limits.max_cgroup_labels` [default: 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_cgroup_labels: Option<i64>,
     /// `buckets.call_latency`: comma-separated upper bounds in seconds.
     #[arg(
         long,

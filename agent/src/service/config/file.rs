@@ -16,10 +16,11 @@ use super::{
     cli::{LogFormat, ProbeModeSetting},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
-        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
-        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
-        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
+        Limit, MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS,
+        MAX_TRACKED_QPS, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
+        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
+        TARGET_TIMEOUT,
     },
     settings::Settings,
 };
@@ -90,6 +91,7 @@ struct FileLimits {
     max_device_labels: Option<Spanned<i64>>,
     max_process_labels: Option<Spanned<i64>>,
     max_peer_labels: Option<Spanned<i64>>,
+    max_cgroup_labels: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -242,6 +244,7 @@ impl FileConfig {
             max_device_labels: cx.limited(&MAX_DEVICE_LABELS, None, &l.max_device_labels),
             max_process_labels: cx.limited(&MAX_PROCESS_LABELS, None, &l.max_process_labels),
             max_peer_labels: cx.limited(&MAX_PEER_LABELS, None, &l.max_peer_labels),
+            max_cgroup_labels: cx.limited(&MAX_CGROUP_LABELS, None, &l.max_cgroup_labels),
             buckets_call_latency: cx.given_opt("buckets.call_latency", &b.call_latency),
             buckets_dwell: cx.given_opt("buckets.dwell", &b.dwell),
             buckets_lifetime: cx.given_opt("buckets.lifetime", &b.lifetime),

@@ -90,6 +90,14 @@ pub const MAX_PROCESS_LABELS: Limit = Limit {
     unit: "label values",
 };
 
+pub const MAX_CGROUP_LABELS: Limit = Limit {
+    section: "limits",
+    key: "max_cgroup_labels",
+    flag: Some("--max-cgroup-labels"),
+    range: Range::Integer { min: 1, max: 4096 },
+    unit: "label values",
+};
+
 pub const MAX_PEER_LABELS: Limit = Limit {
     section: "limits",
     key: "max_peer_labels",
@@ -213,12 +221,13 @@ pub const MESH_MAX_TARGETS: Limit = Limit {
 };
 
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 17] = [
+pub const LIMITS: [Limit; 18] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
     MAX_TRACKED_QPS,
     MAX_DEVICE_LABELS,
     MAX_PROCESS_LABELS,
+    MAX_CGROUP_LABELS,
     MAX_PEER_LABELS,
     TARGET_INTERVAL,
     TARGET_JITTER,
@@ -331,6 +340,7 @@ mod tests {
             (MAX_DEVICE_LABELS, s.limits.max_device_labels as i64),
             (MAX_PROCESS_LABELS, s.limits.max_process_labels as i64),
             (MAX_PEER_LABELS, s.limits.max_peer_labels as i64),
+            (MAX_CGROUP_LABELS, s.limits.max_cgroup_labels as i64),
             (TARGET_PINGS, i64::from(t.pings)),
             (TARGET_MESSAGE_SIZE, t.message_size as i64),
             (MESH_MAX_TARGETS, m.max_targets as i64),
