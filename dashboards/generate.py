@@ -376,7 +376,13 @@ def overview():
         [q("topk(10, sum by (comm) (rate(qpwatch_qp_created_by_process_total{%s}[%s])))" % (SEL, RI), "{{comm}}")],
         "ops",
         "QPs created per second by task name (the first --max-process-labels names; the rest are \"other\").",
-    ), w=24, h=7)
+    ), w=12, h=7)
+    b.add(timeseries(
+        "QPs created by cgroup",
+        [q("topk(10, sum by (cgroup) (rate(qpwatch_qp_created_by_cgroup_total{%s}[%s])))" % (SEL, RI), "{{cgroup}}")],
+        "ops",
+        "QPs created per second by the creating task's cgroup v2 path: a systemd unit (/system.slice/NAME.service), a session, or a Kubernetes pod (kubepods...pod<UID>...); the first --max-cgroup-labels paths, the rest \"other\"; \"unknown\" when the agent could not name it. qpwatch events has the full path of every create.",
+    ), w=12, h=7)
 
     b.row("RDMA CM")
     b.add(timeseries(
