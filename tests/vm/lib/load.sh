@@ -33,6 +33,21 @@ wait_phase() {
   wait_until "$3" grep -qs "\"phase\":\"$2\"" "$OUT/$1-status.json"
 }
 
+# dump_threads PID NAME: where every thread of PID is in the kernel (state,
+# wchan, kernel stack) into $OUT/NAME-threads.txt, the blocked tasks
+# (SysRq w) and the kernel log's tail into $OUT/NAME-dmesg.txt: what a
+# generator that stopped answering was waiting for.
+dump_threads() {
+  local task
+  for task in /proc/"$1"/task/*; do
+    echo "== ${task##*/} $(cat "$task/comm" 2>/dev/null): $(awk '{print $3}' "$task/stat" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null)"
+    cat "$task/stack" 2>/dev/null
+  done >"$OUT/$2-threads.txt"
+  echo w >/proc/sysrq-trigger 2>/dev/null || true
+  dmesg | tail -n 200 >"$OUT/$2-dmesg.txt"
+  log "$2: $(grep -c '^==' "$OUT/$2-threads.txt") threads; states: $(grep -o '^== [0-9]* [^:]*: [A-Z]' "$OUT/$2-threads.txt" | awk '{print $NF}' | sort | uniq -c | tr -s ' \n' ' ')"
+}
+
 # stop_churn: SIGTERM to start_churn's generator, expect exit 0.
 stop_churn() {
   stop_child CHURN_PID qp-churn

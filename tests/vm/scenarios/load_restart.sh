@@ -19,7 +19,7 @@ log "agent killed; the churn goes on"
 start_agent --groups qp
 sleep 2
 kill -USR1 "$CHURN_PID"
-wait_phase churn paused 60 || fail "qp-churn did not pause"
+wait_phase churn paused 60 || { dump_threads "$CHURN_PID" churn; fail "qp-churn did not pause"; }
 sleep 1 # the last events of the pairs in flight reach the ring buffer
 kernel_now=$(res_count qp)
 first=$(scrape paused)
