@@ -823,7 +823,11 @@ fn run_worker(shared: &Shared, pd: &Arc<Pd>, cq: &Arc<Cq>, barrier: &Barrier) ->
             let due = start.saturating_add(k.saturating_mul(interval));
             let now = monotonic_ns();
             if due > now {
-                std::thread::sleep(Duration::from_nanos(due - now));
+                // At most one interval: the TCG guest's CLOCK_MONOTONIC has
+                // been seen to step back (the kernel marks its TSCs
+                // unsynchronized and falls back to the HPET), and a worker
+                // then asked to sleep 160 s.
+                std::thread::sleep(Duration::from_nanos((due - now).min(interval)));
             }
         }
         let t0 = monotonic_ns();
