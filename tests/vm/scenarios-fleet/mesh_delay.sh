@@ -79,8 +79,13 @@ case $HOST_INDEX in
     awk -v a="$m2_base" -v b="$m2_delay" -v drift="$drift2" 'BEGIN { d = b - a; if (d < 0) d = -d; bound = 0.2 * a; if (bound < 0.001) bound = 0.001; exit !(d <= bound + drift) }' ||
       fail "h1 -> h2 median moved from $m2_base to $m2_delay s with the delay on h3's port (ib_send_lat's drift on that path: $drift2 s)"
     log "ok: h1 -> h2 median $m2_base -> $m2_delay s"
-    # shellcheck disable=SC2086 # one address a word
-    mesh_expect_no_loss "$b0" "$d1" $MESH_TARGETS
+    mesh_expect_no_loss "$b0" "$d1" "$h2"
+    # Putting netem on h3's port replaces the port's qdisc, and the frames
+    # queued in the one replaced are dropped (a run lost 1 probe of 910):
+    # a probe or two, not more.
+    lost3=$(($(mesh_count "$d1" qpwatch_mesh_probes_lost_total "$h3") - $(mesh_count "$b0" qpwatch_mesh_probes_lost_total "$h3")))
+    [ "$lost3" -le 2 ] || fail "h1 -> $h3: $lost3 probes lost with a delay only"
+    log "ok: h1 -> $h3: $lost3 lost (at most 2: those queued at the qdisc change)"
     ;;
   2 | 3)
     (ib_send_lat -d rxe0 -c UD -x 1 -n 1000 && ib_send_lat -d rxe0 -c UD -x 1 -n 1000) >"$OUT/ib_send_lat-server.log" 2>&1 &
