@@ -21,8 +21,7 @@ use prometheus::{
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, read_u64, sanitize};
-use crate::model::qp::OTHER;
+use super::sysfs::{counter_family, entries, labelled_devices, read_u64, sanitize};
 
 pub const PORT_IB_STATS: &str = "qpwatch_port_ib_stats_total";
 const PORT_IB_STATS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
@@ -56,21 +55,8 @@ type Key = (&'static str, String, Option<String>, String);
 /// Reads every device's counters under `dir` (normally
 /// [`super::ib_cm::SYSFS_DIR`]).
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    let mut devices = entries(dir);
-    devices.sort();
     let mut sums: BTreeMap<Key, u64> = BTreeMap::new();
-    let mut named = 0;
-    for device in devices {
-        let counters = device_counters(&dir.join(&device));
-        if counters.is_empty() {
-            continue;
-        }
-        let label = if named < max_devices {
-            named += 1;
-            device
-        } else {
-            OTHER.to_owned()
-        };
+    for (label, counters) in labelled_devices(dir, max_devices, device_counters) {
         for (metric, port, counter, value) in counters {
             *sums
                 .entry((metric, label.clone(), port, counter))
@@ -175,6 +161,7 @@ mod tests {
     use std::fs;
 
     use super::*;
+    use crate::model::qp::OTHER;
 
     fn counters(dir: &Path, counters: &[(&str, &str)]) {
         fs::create_dir_all(dir).unwrap();

@@ -17,8 +17,7 @@ use prometheus::{
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, read_u64, sanitize};
-use crate::model::qp::OTHER;
+use super::sysfs::{counter_family, entries, labelled_devices, read_u64, sanitize};
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
 
@@ -55,22 +54,9 @@ pub struct Reading {
 /// the device), those beyond the first `max_devices` in name order are
 /// summed as `device="other"`.
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    let mut devices = entries(dir);
-    devices.sort();
     let mut sums: BTreeMap<(&'static str, String, String, &'static str, String), u64> =
         BTreeMap::new();
-    let mut named = 0;
-    for device in devices {
-        let counters = device_counters(&dir.join(&device));
-        if counters.is_empty() {
-            continue;
-        }
-        let label = if named < max_devices {
-            named += 1;
-            device
-        } else {
-            OTHER.to_owned()
-        };
+    for (label, counters) in labelled_devices(dir, max_devices, device_counters) {
         for (metric, port, direction, message, value) in counters {
             *sums
                 .entry((metric, label.clone(), port, direction, message))
@@ -170,6 +156,7 @@ mod tests {
     use std::fs;
 
     use super::*;
+    use crate::model::qp::OTHER;
 
     fn port(dir: &Path, device: &str, port: &str, group: &str, counters: &[(&str, u64)]) {
         let d = dir.join(device).join("ports").join(port).join(group);

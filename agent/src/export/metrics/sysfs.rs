@@ -5,6 +5,8 @@ use std::{fs, path::Path};
 
 use prometheus::proto::{Counter, LabelPair, Metric, MetricFamily, MetricType};
 
+use crate::model::qp::OTHER;
+
 /// The names in `dir`, none if it cannot be read.
 pub(super) fn entries(dir: &Path) -> Vec<String> {
     fs::read_dir(dir)
@@ -14,6 +16,34 @@ pub(super) fn entries(dir: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The counters of every device under `dir` that has any, in name order,
+/// each with its `device` label: its name for the first `max_devices`,
+/// `"other"` after them (a device without counters takes no name).
+pub(super) fn labelled_devices<T>(
+    dir: &Path,
+    max_devices: usize,
+    counters: impl Fn(&Path) -> Vec<T>,
+) -> Vec<(String, Vec<T>)> {
+    let mut devices = entries(dir);
+    devices.sort();
+    let mut named = 0;
+    let mut out = Vec::new();
+    for device in devices {
+        let found = counters(&dir.join(&device));
+        if found.is_empty() {
+            continue;
+        }
+        let label = if named < max_devices {
+            named += 1;
+            device
+        } else {
+            OTHER.to_owned()
+        };
+        out.push((label, found));
+    }
+    out
 }
 
 /// A file holding one unsigned integer; `None` if it cannot be read or holds
