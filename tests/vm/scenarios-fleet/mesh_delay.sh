@@ -7,13 +7,15 @@
 #               agent's histogram between two scrapes), then ib_send_lat
 #               -c UD -x 1 -n 1000 to h3 and to h2; the delay on; the same
 #               30 s and ib_send_lat again; the delay off
-#               - h1 -> h3: the median's rise is within 20% of 2 ms or of
-#                 the rise ib_send_lat measures side by side (perftest reports half
-#                 the round trip: twice its t_typical rise is compared).
-#                 Not 2 ms +- 20% alone: the emulated switch's timers add
-#                 to a netem delay (bench-fleet/switch_faults saw t_min +1.1 to +1.5 ms
-#                 and t_typical +1.2 to +4.8 ms of half round trip for
-#                 2 ms), the same for both tools;
+#               - h1 -> h3: the median's rise is within 20% of 2 ms, or
+#                 its rise beyond h1 -> h2's over the same windows is (the
+#                 bed's load moves every path of h1 alike: a CI run saw
+#                 h1 -> h2 rise by 0.34 ms with no fault on it, and h1 -> h3
+#                 by 2.65 ms), or it is within 20% of the rise ib_send_lat
+#                 measures side by side (perftest reports half the round
+#                 trip: twice its t_typical rise is compared; the emulated
+#                 switch's timers add to a netem delay: bench-fleet/switch_faults
+#                 saw t_typical +1.2 to +4.8 ms of half round trip for 2 ms);
 #               - h1 -> h2 does not move: within 20% of its baseline or
 #                 1 ms, whichever is larger, plus the drift ib_send_lat
 #                 h1 -> h2 measures over the same two phases (the bed moves
@@ -64,16 +66,21 @@ case $HOST_INDEX in
       echo "ib_send_lat_typical_us h1->h2 base $lat2_base delay $lat2_delay (half round trip)"
     } | tee -a "$FLEET_OUT/figures.txt" >&2
     rise_mesh=$(awk -v a="$m3_base" -v b="$m3_delay" 'BEGIN { printf "%.6f", b - a }')
+    rise_ctl=$(awk -v a="$m2_base" -v b="$m2_delay" 'BEGIN { printf "%.6f", b - a }')
+    rise_diff=$(awk -v m="$rise_mesh" -v c="$rise_ctl" 'BEGIN { printf "%.6f", m - c }')
     rise_lat=$(awk -v a="$lat_base" -v b="$lat_delay" 'BEGIN { printf "%.6f", 2 * (b - a) / 1e6 }')
-    log "round-trip rise with netem delay 2ms toward h3: mesh median +$rise_mesh s, ib_send_lat (2 x t_typical) +$rise_lat s"
-    echo "rtt_rise_s h1->h3 mesh $rise_mesh ib_send_lat $rise_lat" >>"$FLEET_OUT/figures.txt"
-    # within 20% of the 2 ms asked, or of the rise ib_send_lat measured on
-    # the same path (its t_typical rise has ranged from +1.2 to +4.8 ms of
-    # half round trip for the same 2 ms: one run measured +3.93 ms of round
-    # trip where the probes saw +1.74)
-    awk -v m="$rise_mesh" -v l="$rise_lat" 'BEGIN { d = m - l; if (d < 0) d = -d; n = m - 0.002; if (n < 0) n = -n; exit !(n <= 0.0004 || (l > 0.001 && d <= 0.2 * l)) }' ||
-      fail "h1 -> h3 median rose by $rise_mesh s, ib_send_lat by $rise_lat s: within 20% of neither 2 ms nor ib_send_lat's rise"
-    log "ok: h1 -> h3 rise within 20% of 2 ms or of ib_send_lat's"
+    log "round-trip rise with netem delay 2ms toward h3: mesh median +$rise_mesh s (h1 -> h2 +$rise_ctl s, difference +$rise_diff s), ib_send_lat (2 x t_typical) +$rise_lat s"
+    echo "rtt_rise_s h1->h3 mesh $rise_mesh h1->h2 mesh $rise_ctl difference $rise_diff ib_send_lat $rise_lat" >>"$FLEET_OUT/figures.txt"
+    # within 20% of the 2 ms asked (alone or beyond the undelayed path's
+    # rise), or of the rise ib_send_lat measured on the same path (its
+    # t_typical rise has ranged from +1.2 to +4.8 ms of half round trip for
+    # the same 2 ms: one run measured +3.93 ms of round trip where the probes
+    # saw +1.74)
+    awk -v m="$rise_mesh" -v c="$rise_diff" -v l="$rise_lat" '
+      function near(x, want) { x -= want; if (x < 0) x = -x; return x <= 0.2 * want }
+      BEGIN { exit !(near(m, 0.002) || near(c, 0.002) || (l > 0.001 && near(m, l))) }' ||
+      fail "h1 -> h3 median rose by $rise_mesh s ($rise_diff s beyond h1 -> h2's), ib_send_lat by $rise_lat s: within 20% of neither 2 ms nor ib_send_lat's rise"
+    log "ok: h1 -> h3 rise within 20% of 2 ms (alone or beyond h1 -> h2's) or of ib_send_lat's"
     # the bed's own drift on this path, as ib_send_lat saw it (round trip)
     drift2=$(awk -v a="$lat2_base" -v b="$lat2_delay" 'BEGIN { d = 2 * (b - a) / 1e6; if (d < 0) d = -d; printf "%.6f", d }')
     awk -v a="$m2_base" -v b="$m2_delay" -v drift="$drift2" 'BEGIN { d = b - a; if (d < 0) d = -d; bound = 0.2 * a; if (bound < 0.001) bound = 0.001; exit !(d <= bound + drift) }' ||
