@@ -37,6 +37,15 @@ pub enum EventKind {
     QpDestroy = 3,
     /// An RDMA CM call or handler: a [`CmEvent`].
     Cm = 4,
+    /// A QP async event delivered to its consumer's handler (entry only):
+    /// [`QpEvent::detail`] is the `enum ib_event_type`.
+    QpAsyncEvent = 5,
+    /// The device completed a work request of the QP in error (entry only):
+    /// [`QpEvent::detail`] is the `enum ib_wc_status`; flushes are left out.
+    CompletionError = 6,
+    /// The device moved the QP to ERR itself, not at its owner's request
+    /// (entry only).
+    DeviceError = 7,
 }
 
 impl EventKind {
@@ -46,6 +55,9 @@ impl EventKind {
             2 => Some(Self::QpModify),
             3 => Some(Self::QpDestroy),
             4 => Some(Self::Cm),
+            5 => Some(Self::QpAsyncEvent),
+            6 => Some(Self::CompletionError),
+            7 => Some(Self::DeviceError),
             _ => None,
         }
     }
@@ -92,7 +104,9 @@ pub struct QpEvent {
     pub remote_gid: [u8; 16],
     /// `REMOTE_*` bits (modifies only).
     pub remote: u32,
-    pub _reserved: u32,
+    /// `enum ib_event_type` ([`EventKind::QpAsyncEvent`]) or `enum
+    /// ib_wc_status` ([`EventKind::CompletionError`]); 0 otherwise.
+    pub detail: u32,
     /// `bpf_get_current_cgroup_id()`: the creating task's cgroup v2 id (the
     /// cgroup directory's inode number); creates only, 0 otherwise.
     pub cgroup_id: u64,
@@ -116,7 +130,7 @@ impl QpEvent {
             device: [0; DEVICE_NAME_LEN],
             remote_gid: [0; 16],
             remote: 0,
-            _reserved: 0,
+            detail: 0,
             cgroup_id: 0,
         }
     }
@@ -282,6 +296,36 @@ pub struct KernelOffsets {
     pub ib_qp_attr_dgid: u32,
     /// Non-zero when the three offsets above were found in the kernel's BTF.
     pub peers_valid: u32,
+    /// `ib_event.element` (the QP for QP events) and `ib_event.event`; read
+    /// only when `events_valid`.
+    pub ib_event_element: u32,
+    pub ib_event_event: u32,
+    pub events_valid: u32,
+    /// Non-zero once the agent filled this struct.
+    pub valid: u32,
+}
+
+/// Offsets in soft-RoCE's structs, from `/sys/kernel/btf/rdma_rxe`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxeOffsets {
+    /// `rxe_qp.ibqp`: the embedded `struct ib_qp`.
+    pub rxe_qp_ibqp: u32,
+    /// `rxe_cq.ibcq` (embedded `struct ib_cq`), `rxe_cq.is_user` (bool).
+    pub rxe_cq_ibcq: u32,
+    pub rxe_cq_is_user: u32,
+    /// `ib_cq.device`.
+    pub ib_cq_device: u32,
+    /// `rxe_cqe.ibwc.status` and `rxe_cqe.uibwc.status`: the same offset in
+    /// both members of the union (the agent checks).
+    pub rxe_cqe_status: u32,
+    /// `rxe_cqe.ibwc.qp` (kernel CQs: a `struct ib_qp *`).
+    pub rxe_cqe_ibwc_qp: u32,
+    /// `rxe_cqe.uibwc.qp_num` (user CQs).
+    pub rxe_cqe_uibwc_qp_num: u32,
+    /// `IB_WC_WR_FLUSH_ERR` in the kernel's `enum ib_wc_status`: the
+    /// completions of a QP already in ERR, not a cause.
+    pub wc_flush_err: u32,
     /// Non-zero once the agent filled this struct.
     pub valid: u32,
 }
@@ -317,6 +361,9 @@ unsafe impl aya::Pod for KernelOffsets {}
 #[cfg(feature = "user")]
 // SAFETY: as KernelOffsets.
 unsafe impl aya::Pod for CmOffsets {}
+#[cfg(feature = "user")]
+// SAFETY: as KernelOffsets.
+unsafe impl aya::Pod for RxeOffsets {}
 
 #[cfg(test)]
 mod tests {
@@ -328,7 +375,8 @@ mod tests {
         let fields = 4 * 2 + 8 * 3 + 4 * 6 + COMM_LEN + DEVICE_NAME_LEN + 16 + 4 * 2 + 8;
         assert_eq!(size_of::<QpEvent>(), fields);
         assert_eq!(size_of::<PendingKey>(), 16);
-        assert_eq!(size_of::<KernelOffsets>(), 4 * 12);
+        assert_eq!(size_of::<KernelOffsets>(), 4 * 15);
+        assert_eq!(size_of::<RxeOffsets>(), 4 * 9);
         let cm_fields = 4 * 2 + 8 * 4 + 4 * 10 + COMM_LEN + DEVICE_NAME_LEN;
         assert_eq!(size_of::<CmEvent>(), cm_fields);
     }

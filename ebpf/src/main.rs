@@ -1,5 +1,6 @@
 //! qpwatch's kernel programs: kprobe/kretprobe pairs on the ib_core QP
-//! lifecycle (`qp`) and on the RDMA CM, plus its tracepoints (`cm`).
+//! lifecycle (`qp`) and on the RDMA CM, plus its tracepoints (`cm`); entry
+//! kprobes on what sends a QP to ERR (`qp_errors`).
 //!
 //! Every kprobe records the call's arguments into an in-flight table keyed by
 //! (thread, hook, nesting level); the matching kretprobe adds the return value
@@ -7,13 +8,14 @@
 //! from call to call (written in place, disarmed after its return) rather than
 //! inserted and deleted each time: a hash update and a delete are the
 //! programs' most expensive steps, and the LRU table forgets dead threads.
-//! Struct field offsets come from the `OFFSETS`/`CM_OFFSETS` globals, which
+//! Struct field offsets come from the `OFFSETS`/`CM_OFFSETS`/`RXE_OFFSETS` globals, which
 //! the agent fills from the running kernel's BTF.
 #![no_std]
 #![no_main]
 
 mod cm;
 mod qp;
+mod qp_errors;
 
 use aya_ebpf::{
     helpers::{
@@ -27,7 +29,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use qpwatch_common::{
-    hook, KernelOffsets, LostReason, PendingKey, QpEvent, LOST_REASONS, MAX_NESTING,
+    hook, KernelOffsets, LostReason, PendingKey, QpEvent, RxeOffsets, LOST_REASONS, MAX_NESTING,
 };
 
 #[no_mangle]
@@ -43,6 +45,23 @@ pub(crate) static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets {
     ib_qp_attr_ah_flags: 0,
     ib_qp_attr_dgid: 0,
     peers_valid: 0,
+    ib_event_element: 0,
+    ib_event_event: 0,
+    events_valid: 0,
+    valid: 0,
+});
+
+/// Filled by the agent in the soft-RoCE instance only (zero elsewhere).
+#[no_mangle]
+pub(crate) static RXE_OFFSETS: Global<RxeOffsets> = Global::new(RxeOffsets {
+    rxe_qp_ibqp: 0,
+    rxe_cq_ibcq: 0,
+    rxe_cq_is_user: 0,
+    ib_cq_device: 0,
+    rxe_cqe_status: 0,
+    rxe_cqe_ibwc_qp: 0,
+    rxe_cqe_uibwc_qp_num: 0,
+    wc_flush_err: 0,
     valid: 0,
 });
 

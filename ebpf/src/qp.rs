@@ -19,7 +19,7 @@ use crate::{
 };
 
 #[inline(always)]
-fn new_event(kind: EventKind) -> QpEvent {
+pub(crate) fn new_event(kind: EventKind) -> QpEvent {
     let mut event = QpEvent::zeroed();
     event.kind = kind as u32;
     event.start_ns = now_ns();
@@ -116,7 +116,7 @@ pub fn qp_create_kernel_ret(ctx: RetProbeContext) -> u32 {
 }
 
 #[inline(always)]
-fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets) {
+pub(crate) fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets) {
     event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
     event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
     read_device_name(

@@ -12,6 +12,7 @@ use crate::{
     model::cm::CmCorrelator,
     model::events::{clock_ns, Call, CmCall, QpCall},
     model::pipeline::EventSink,
+    model::qp::QpDetail,
 };
 use qpwatch_common::{CmOp, QpOrigin};
 
@@ -64,6 +65,16 @@ pub struct JsonEvent<'a> {
     /// The creating task's cgroup v2 path (creates only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<&'a str>,
+    /// The async event a QP's consumer received (`QP_FATAL`, `SQ_DRAINED`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub async_event: Option<&'a str>,
+    /// The status of a completion in error (`RETRY_EXC_ERR`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wc_status: Option<&'a str>,
+    /// Why the QP entered ERR with this event (`requested`,
+    /// `async_event:<event>`, `completion:<status>`, `unknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub err_cause: Option<&'a str>,
 }
 
 pub struct JsonLines<W: Write + Send> {
@@ -101,6 +112,9 @@ fn qp_op(call: &QpCall) -> &'static str {
         } => "ib_create_qp_kernel",
         Call::Modify { .. } => "_ib_modify_qp",
         Call::Destroy => "ib_destroy_qp_user",
+        Call::AsyncEvent { .. } => "qp_event_handler",
+        Call::CompletionError { .. } => "rxe_cq_post",
+        Call::DeviceError => "rxe_qp_error",
     }
 }
 
@@ -111,9 +125,11 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
         from: Option<QpState>,
         cm_id: Option<u32>,
         cgroup: Option<&str>,
+        detail: &QpDetail,
     ) {
         let to = match call.call {
             Call::Modify { to, .. } => to,
+            _ if detail.err_cause.is_some() => Some(QpState::Err),
             _ => None,
         };
         let origin = match call.call {
@@ -147,6 +163,9 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             remote_gid: call.remote_gid.map(|gid| gid.to_string()),
             remote_qpn: call.remote_qpn,
             cgroup,
+            async_event: detail.async_event.as_deref(),
+            wc_status: detail.completion_status.as_deref(),
+            err_cause: detail.err_cause.as_deref(),
         };
         self.write(&event);
     }
@@ -185,6 +204,9 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
             remote_gid: None,
             remote_qpn: None,
             cgroup: None,
+            async_event: None,
+            wc_status: None,
+            err_cause: None,
         };
         self.write(&event);
     }
@@ -234,17 +256,36 @@ mod tests {
             Some(QpState::Init),
             Some(4),
             Some("/system.slice/a.service"),
+            &QpDetail::default(),
+        );
+        let died = QpCall::synthetic(Call::DeviceError, "rxe0", 17, 4_000, 4_000);
+        sink.qp(
+            &died,
+            Some(QpState::Rts),
+            Some(4),
+            None,
+            &QpDetail {
+                err_cause: Some("completion:RETRY_EXC_ERR".into()),
+                ..QpDetail::default()
+            },
         );
         let cm = CmCorrelator::new(CmNames::linux_6_1());
         let mut connect = CmCall::synthetic(CmOp::Connect, 4, 2_000);
         connect.qp_num = 17;
         sink.cm(&connect, &cm);
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        let lines: Vec<serde_json::Value> = text
+        let mut lines: Vec<serde_json::Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 2);
+        assert_eq!(lines.len(), 3);
+        let died = lines.remove(1);
+        assert_eq!(died["kind"], "qp_device_error");
+        assert_eq!(died["from_state"], "RTS");
+        assert_eq!(died["to_state"], "ERR");
+        assert_eq!(died["err_cause"], "completion:RETRY_EXC_ERR");
+        assert!(died.get("async_event").is_none());
+        assert!(lines[0].get("err_cause").is_none());
         assert_eq!(lines[0]["kind"], "qp_modify");
         assert_eq!(lines[0]["from_state"], "INIT");
         assert_eq!(lines[0]["to_state"], "RTR");

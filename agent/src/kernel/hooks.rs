@@ -1,9 +1,10 @@
 //! Loading qpwatch's eBPF object and attaching its hooks, each independently.
 //!
 //! The object is loaded once per kernel module group ([`Instance`]): the QP
-//! programs need ib_core's struct offsets, the CM programs rdma_cm's, and
-//! offsets are written into the programs' globals at load time. So the CM
-//! instance can be loaded later than the QP one, when rdma_cm appears.
+//! programs need ib_core's struct offsets, the CM programs rdma_cm's, the
+//! soft-RoCE programs rdma_rxe's, and offsets are written into the programs'
+//! globals at load time. So the CM instance can be loaded later than the QP
+//! one, when rdma_cm appears.
 
 use std::collections::{HashMap, HashSet};
 
@@ -12,7 +13,9 @@ use aya::{
     programs::{KProbe, ProgramError, RawTracePoint},
     Ebpf, EbpfError, EbpfLoader,
 };
-use qpwatch_common::{hook, CmOffsets, CmOp, KernelOffsets, IB_CM_TRACEPOINTS, LOST_REASONS};
+use qpwatch_common::{
+    hook, CmOffsets, CmOp, KernelOffsets, RxeOffsets, IB_CM_TRACEPOINTS, LOST_REASONS,
+};
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
@@ -32,18 +35,31 @@ pub enum Group {
     /// attachment holds its module, so ib_cm cannot be unloaded while they
     /// are attached.
     IbCmTracepoints,
+    /// QP async events, at the QP event handlers of uverbs (every userspace
+    /// QP) and of the in-kernel consumers.
+    QpAsyncEvents,
+    /// Soft-RoCE's error completions and its own moves of a QP to ERR.
+    RxeQpErrors,
 }
 
 impl Group {
-    pub const ALL: [Group; 4] = [
+    pub const ALL: [Group; 6] = [
         Group::Qp,
         Group::Cm,
         Group::KernelUlp,
         Group::IbCmTracepoints,
+        Group::QpAsyncEvents,
+        Group::RxeQpErrors,
     ];
     /// Attached unless the configuration says otherwise: every group that
     /// leaves the RDMA modules free to unload.
-    pub const DEFAULT: [Group; 3] = [Group::Qp, Group::Cm, Group::KernelUlp];
+    pub const DEFAULT: [Group; 5] = [
+        Group::Qp,
+        Group::Cm,
+        Group::KernelUlp,
+        Group::QpAsyncEvents,
+        Group::RxeQpErrors,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -51,6 +67,17 @@ impl Group {
             Group::Cm => "cm",
             Group::KernelUlp => "kernel-ulp",
             Group::IbCmTracepoints => "ib-cm-tracepoints",
+            Group::QpAsyncEvents => "qp-async-events",
+            Group::RxeQpErrors => "rxe-qp-errors",
+        }
+    }
+
+    /// The instance whose offsets the group's programs read.
+    fn instance(self) -> InstanceKind {
+        match self {
+            Group::Qp | Group::QpAsyncEvents => InstanceKind::IbCore,
+            Group::Cm | Group::KernelUlp | Group::IbCmTracepoints => InstanceKind::RdmaCm,
+            Group::RxeQpErrors => InstanceKind::Rxe,
         }
     }
 
@@ -66,16 +93,24 @@ pub enum InstanceKind {
     IbCore,
     /// Needs rdma_cm (and ib_core).
     RdmaCm,
+    /// Needs soft-RoCE, rdma_rxe (and ib_core): a driver many hosts do not
+    /// run, so its absence is no failure.
+    Rxe,
 }
 
 impl InstanceKind {
-    pub const ALL: [InstanceKind; 2] = [InstanceKind::IbCore, InstanceKind::RdmaCm];
+    pub const ALL: [InstanceKind; 3] = [
+        InstanceKind::IbCore,
+        InstanceKind::RdmaCm,
+        InstanceKind::Rxe,
+    ];
 
     /// Kernel modules whose BTF the instance's offsets come from.
     pub fn modules(self) -> &'static [&'static str] {
         match self {
             InstanceKind::IbCore => &["ib_core"],
             InstanceKind::RdmaCm => &["ib_core", "rdma_cm"],
+            InstanceKind::Rxe => &["ib_core", "rdma_rxe"],
         }
     }
 
@@ -83,15 +118,13 @@ impl InstanceKind {
         match self {
             InstanceKind::IbCore => "ib_core",
             InstanceKind::RdmaCm => "rdma_cm",
+            InstanceKind::Rxe => "rdma_rxe",
         }
     }
 
-    /// The instance whose offsets the programs hooked in `module` read.
-    fn for_module(module: &str) -> Self {
-        match module {
-            "ib_core" => InstanceKind::IbCore,
-            _ => InstanceKind::RdmaCm,
-        }
+    /// A driver's instance: its module missing is the host's choice.
+    pub fn optional(self) -> bool {
+        self == InstanceKind::Rxe
     }
 }
 
@@ -231,6 +264,9 @@ pub struct Hook {
     pub module: &'static str,
     /// A kretprobe's entry in `RETURN_HOOKED_SINCE` ([`hook::return_slot`]).
     pub return_slot: Option<u32>,
+    /// Its module is one a host may well not load (a consumer or a driver):
+    /// while it is absent the hook is [`HookStatus::Idle`], not detached.
+    pub optional: bool,
 }
 
 impl Hook {
@@ -280,6 +316,8 @@ struct Policy {
     shape: Shape,
     group: Group,
     module: &'static str,
+    /// See [`Hook::optional`].
+    optional: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -300,6 +338,7 @@ impl Policy {
             shape: Shape::Pair { hook_id },
             group,
             module,
+            optional: false,
         }
     }
 
@@ -315,6 +354,7 @@ impl Policy {
             shape: Shape::Entry,
             group,
             module,
+            optional: false,
         }
     }
 
@@ -329,6 +369,19 @@ impl Policy {
             shape: Shape::RawTracepoint { category },
             group,
             module,
+            optional: false,
+        }
+    }
+
+    /// A kprobe recorded at entry, on a function of a module the host may
+    /// not load (see [`Hook::optional`]).
+    const fn optional_entry(function: &'static str, group: Group, module: &'static str) -> Self {
+        Policy {
+            targets: Targets::One(function),
+            shape: Shape::Entry,
+            group,
+            module,
+            optional: true,
         }
     }
 
@@ -376,6 +429,22 @@ const POLICY: &[Policy] = {
         Policy::cm_entry(CmOp::DestroyId, Cm, "rdma_cm"),
         // ib_cm: IB CM protocol messages and errors, counted in the kernel.
         Policy::raw_tracepoints("ib_cma", &IB_CM_TRACEPOINTS, IbCmTracepoints, "ib_cm"),
+        // QP async events, at each consumer's handler. rpcrdma's (svcrdma)
+        // and 9pnet_rdma's are both static `qp_event_handler`s, a name
+        // ib_core's MAD layer has too: a kprobe by name cannot tell them apart.
+        Policy::optional_entry("ib_uverbs_qp_event_handler", QpAsyncEvents, "ib_uverbs"),
+        Policy::optional_entry("nvme_rdma_qp_event", QpAsyncEvents, "nvme_rdma"),
+        Policy::optional_entry("nvmet_rdma_qp_event", QpAsyncEvents, "nvmet_rdma"),
+        Policy::optional_entry("iser_qp_event_callback", QpAsyncEvents, "ib_iser"),
+        Policy::optional_entry("isert_qp_event_callback", QpAsyncEvents, "ib_isert"),
+        Policy::optional_entry("srp_qp_event", QpAsyncEvents, "ib_srp"),
+        Policy::optional_entry("srpt_qp_event", QpAsyncEvents, "ib_srpt"),
+        Policy::optional_entry("rds_ib_qp_event_handler", QpAsyncEvents, "rds_rdma"),
+        Policy::optional_entry("smc_ib_qp_event_handler", QpAsyncEvents, "smc"),
+        Policy::optional_entry("ipoib_cm_rx_event_handler", QpAsyncEvents, "ib_ipoib"),
+        // soft-RoCE: error completions, then the QP's move to ERR.
+        Policy::optional_entry("rxe_cq_post", RxeQpErrors, "rdma_rxe"),
+        Policy::optional_entry("rxe_qp_error", RxeQpErrors, "rdma_rxe"),
     ]
 };
 
@@ -508,9 +577,10 @@ impl Policy {
             program,
             attach,
             group: self.group,
-            instance: InstanceKind::for_module(self.module),
+            instance: self.group.instance(),
             module: self.module,
             return_slot,
+            optional: self.optional,
         }
     }
 }
@@ -560,6 +630,9 @@ pub enum HookStatus {
     Detached(String),
     /// Its group is switched off in the config.
     Disabled,
+    /// An optional hook ([`Hook::optional`]) whose module is not loaded:
+    /// nothing to watch, nothing wrong.
+    Idle,
 }
 
 /// One loaded copy of the eBPF object and the hooks attached from it.
@@ -588,12 +661,14 @@ impl Instance {
         kind: InstanceKind,
         offsets: &KernelOffsets,
         cm_offsets: &CmOffsets,
+        rxe_offsets: &RxeOffsets,
         ring_buffer_bytes: u32,
     ) -> Result<Self, HookError> {
         let wakeup = wakeup_bytes(ring_buffer_bytes);
         let ebpf = EbpfLoader::new()
             .override_global("OFFSETS", offsets, true)
             .override_global("CM_OFFSETS", cm_offsets, true)
+            .override_global("RXE_OFFSETS", rxe_offsets, true)
             .override_global("WAKEUP_BYTES", &wakeup, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(EBPF_OBJECT)?;
@@ -877,6 +952,7 @@ pub fn attach_instance(
             continue;
         }
         let status = match generation(hook.module) {
+            None if hook.optional => HookStatus::Idle,
             None => HookStatus::Detached(format!("module {} not loaded", hook.module)),
             Some(generation) => match instance.attach(hook, generation) {
                 Ok(()) => HookStatus::Attached,

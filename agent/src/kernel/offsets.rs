@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use qpwatch_common::{CmOffsets, KernelOffsets};
+use qpwatch_common::{CmOffsets, KernelOffsets, RxeOffsets};
 use thiserror::Error;
 
 use crate::kernel::btf::{Btf, BtfError};
@@ -66,6 +66,20 @@ pub const IB_QP_ATTR_AH_FLAGS: FieldSpec = field("ib_core", "ib_qp_attr", "ah_at
 /// `union ib_gid`: 16 raw bytes.
 pub const IB_QP_ATTR_DGID: FieldSpec = field("ib_core", "ib_qp_attr", "ah_attr.grh.dgid", 16);
 
+/// `struct ib_event`: what a QP event handler is given.
+pub const IB_EVENT_ELEMENT: FieldSpec = field("ib_core", "ib_event", "element", 8);
+pub const IB_EVENT_EVENT: FieldSpec = field("ib_core", "ib_event", "event", 4);
+
+/// soft-RoCE (drivers/infiniband/sw/rxe/rxe_verbs.h, rxe_queue.h).
+pub const RXE_QP_IBQP: FieldSpec = field("rdma_rxe", "rxe_qp", "ibqp", 0);
+pub const RXE_CQ_IBCQ: FieldSpec = field("rdma_rxe", "rxe_cq", "ibcq", 0);
+pub const RXE_CQ_IS_USER: FieldSpec = field("rdma_rxe", "rxe_cq", "is_user", 1);
+pub const IB_CQ_DEVICE: FieldSpec = field("ib_core", "ib_cq", "device", 8);
+pub const RXE_CQE_IBWC_STATUS: FieldSpec = field("rdma_rxe", "rxe_cqe", "ibwc.status", 4);
+pub const RXE_CQE_UIBWC_STATUS: FieldSpec = field("rdma_rxe", "rxe_cqe", "uibwc.status", 4);
+pub const RXE_CQE_IBWC_QP: FieldSpec = field("rdma_rxe", "rxe_cqe", "ibwc.qp", 8);
+pub const RXE_CQE_UIBWC_QP_NUM: FieldSpec = field("rdma_rxe", "rxe_cqe", "uibwc.qp_num", 4);
+
 /// `rdma_id_private` and friends live in rdma_cm (drivers/infiniband/core/cma_priv.h).
 pub const ID_PRIV_ID: FieldSpec = field("rdma_cm", "rdma_id_private", "id", 0);
 pub const ID_PRIV_STATE: FieldSpec = field("rdma_cm", "rdma_id_private", "state", 4);
@@ -115,6 +129,9 @@ pub enum OffsetError {
         actual: u32,
         expected: u32,
     },
+    /// The kernel's types are not laid out as the programs assume.
+    #[error("kernel {kernel}: {detail}")]
+    Layout { kernel: String, detail: String },
 }
 
 /// BTF of the running kernel, loaded lazily per module.
@@ -238,7 +255,52 @@ impl KernelBtf {
             offsets.ib_qp_attr_dgid = dgid;
             offsets.peers_valid = 1;
         }
+        if let Ok((element, event)) = self.event_offsets() {
+            offsets.ib_event_element = element;
+            offsets.ib_event_event = event;
+            offsets.events_valid = 1;
+        }
         Ok(offsets)
+    }
+
+    /// Offsets of `ib_event.element` and `ib_event.event` (QP async events).
+    pub fn event_offsets(&mut self) -> Result<(u32, u32), OffsetError> {
+        Ok((self.offset(IB_EVENT_ELEMENT)?, self.offset(IB_EVENT_EVENT)?))
+    }
+
+    /// Offsets of the soft-RoCE programs (rdma_rxe must be loaded), and
+    /// `IB_WC_WR_FLUSH_ERR` from `wc_status` (the names of `enum ib_wc_status`).
+    pub fn rxe_offsets(&mut self, wc_status: &[Option<String>]) -> Result<RxeOffsets, OffsetError> {
+        let status = self.offset(RXE_CQE_IBWC_STATUS)?;
+        let user_status = self.offset(RXE_CQE_UIBWC_STATUS)?;
+        if status != user_status {
+            return Err(OffsetError::Layout {
+                kernel: self.kernel.clone(),
+                detail: format!(
+                    "rxe_cqe.ibwc.status is at {status}, rxe_cqe.uibwc.status at {user_status}: \
+                     the programs read one offset for both"
+                ),
+            });
+        }
+        let flush = wc_status
+            .iter()
+            .position(|name| name.as_deref() == Some("WR_FLUSH_ERR"))
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| OffsetError::Layout {
+                kernel: self.kernel.clone(),
+                detail: "enum ib_wc_status has no IB_WC_WR_FLUSH_ERR".to_owned(),
+            })?;
+        Ok(RxeOffsets {
+            rxe_qp_ibqp: self.offset(RXE_QP_IBQP)?,
+            rxe_cq_ibcq: self.offset(RXE_CQ_IBCQ)?,
+            rxe_cq_is_user: self.offset(RXE_CQ_IS_USER)?,
+            ib_cq_device: self.offset(IB_CQ_DEVICE)?,
+            rxe_cqe_status: status,
+            rxe_cqe_ibwc_qp: self.offset(RXE_CQE_IBWC_QP)?,
+            rxe_cqe_uibwc_qp_num: self.offset(RXE_CQE_UIBWC_QP_NUM)?,
+            wc_flush_err: flush,
+            valid: 1,
+        })
     }
 
     /// Offsets of `ib_qp_attr.dest_qp_num`, `.ah_attr.ah_flags` and
@@ -314,6 +376,7 @@ fn vmlinux_has_module_types(vmlinux: &Btf, module: &str) -> bool {
     let probe = match module {
         "ib_core" => "ib_qp",
         "rdma_cm" => "rdma_id_private",
+        "rdma_rxe" => "rxe_qp",
         _ => return false,
     };
     vmlinux.find_struct(probe).is_some()

@@ -13,7 +13,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use qpwatch_common::CmOffsets;
+use qpwatch_common::{CmOffsets, RxeOffsets};
 use thiserror::Error;
 use tokio::{
     io::{unix::AsyncFd, Interest},
@@ -194,11 +194,18 @@ impl Tracer {
             .any(|h| h.instance == kind && self.config.groups.contains(&h.group))
     }
 
-    fn set_instance_status(&mut self, kind: InstanceKind, reason: &str) {
+    /// Marks the hooks of an instance that is not running: detached for
+    /// `reason`, or idle if they are optional and `module_missing` (a driver
+    /// the host does not load).
+    fn set_instance_status(&mut self, kind: InstanceKind, reason: &str, module_missing: bool) {
         for hook in self.hooks.iter().filter(|h| h.instance == kind) {
             if self.config.groups.contains(&hook.group) {
-                self.statuses
-                    .insert(hook.label(), HookStatus::Detached(reason.to_owned()));
+                let status = if module_missing && hook.optional {
+                    HookStatus::Idle
+                } else {
+                    HookStatus::Detached(reason.to_owned())
+                };
+                self.statuses.insert(hook.label(), status);
             }
         }
     }
@@ -242,7 +249,7 @@ impl Tracer {
                     for m in kind.modules() {
                         self.btf.forget(m);
                     }
-                    self.set_instance_status(kind, &reason);
+                    self.set_instance_status(kind, &reason, true);
                 }
             }
             match (self.running.contains_key(&kind), present) {
@@ -258,7 +265,15 @@ impl Tracer {
                         .filter(|m| generation(m).is_none())
                         .collect();
                     let reason = format!("module {} not loaded", missing.join(", "));
-                    self.fail(kind, reason);
+                    if kind.optional() {
+                        if self.last_failure.get(&kind) != Some(&reason) {
+                            info!(instance = kind.name(), %reason, "driver hooks idle");
+                            self.last_failure.insert(kind, reason.clone());
+                        }
+                        self.set_instance_status(kind, &reason, true);
+                    } else {
+                        self.fail(kind, reason);
+                    }
                 }
                 (true, _) => self.refresh_hooks(kind, modules_changed, &generation),
             }
@@ -300,7 +315,7 @@ impl Tracer {
             warn!(instance = kind.name(), %reason, "hooks not attached");
             self.last_failure.insert(kind, reason.clone());
         }
-        self.set_instance_status(kind, &reason);
+        self.set_instance_status(kind, &reason, false);
     }
 
     fn start(&mut self, kind: InstanceKind, generation: &impl Fn(&str) -> Option<u64>) {
@@ -323,8 +338,36 @@ impl Tracer {
                 warn!(%reason, "peers off: modifies are read without their remote side");
             }
         }
+        let mut rxe_offsets = RxeOffsets::default();
         let cm_offsets = match kind {
-            InstanceKind::IbCore => CmOffsets::default(),
+            InstanceKind::IbCore => {
+                match self.btf.enum_names("ib_core", "ib_event_type", "IB_EVENT_") {
+                    Ok(names) => self
+                        .pipeline
+                        .lock()
+                        .expect("not poisoned")
+                        .correlator
+                        .set_async_event_names(names),
+                    Err(error) => warn!(%error, "QP async events are named by number"),
+                }
+                CmOffsets::default()
+            }
+            InstanceKind::Rxe => {
+                let wc_status = self
+                    .btf
+                    .enum_names("ib_core", "ib_wc_status", "IB_WC_")
+                    .map_err(|e| e.to_string())?;
+                rxe_offsets = self
+                    .btf
+                    .rxe_offsets(&wc_status)
+                    .map_err(|e| e.to_string())?;
+                self.pipeline
+                    .lock()
+                    .expect("not poisoned")
+                    .correlator
+                    .set_completion_status_names(wc_status);
+                CmOffsets::default()
+            }
             InstanceKind::RdmaCm => {
                 let cm = self.btf.cm_offsets().map_err(|e| e.to_string())?;
                 let states = self
@@ -349,11 +392,17 @@ impl Tracer {
             kernel = self.btf.kernel(),
             ?offsets,
             ?cm_offsets,
+            ?rxe_offsets,
             "loading with offsets from BTF"
         );
-        let mut instance =
-            Instance::load(kind, &offsets, &cm_offsets, self.config.ring_buffer_bytes)
-                .map_err(|e| format!("{e}: {}", error_chain(&e)))?;
+        let mut instance = Instance::load(
+            kind,
+            &offsets,
+            &cm_offsets,
+            &rxe_offsets,
+            self.config.ring_buffer_bytes,
+        )
+        .map_err(|e| format!("{e}: {}", error_chain(&e)))?;
         let statuses = attach_instance(&mut instance, &self.hooks, &self.config.groups, generation);
         for (label, status) in statuses {
             if let HookStatus::Detached(reason) = &status {
@@ -445,6 +494,7 @@ impl Tracer {
                     "reconciled existing QPs"
                 );
             }
+            InstanceKind::Rxe => {}
             InstanceKind::RdmaCm => {
                 for id in &snapshot.cm_ids {
                     if pipeline.cm.adopt(
@@ -479,10 +529,13 @@ impl Tracer {
         };
         let stale = running.instance.detach_stale(generation);
         for (label, module) in &stale {
-            self.statuses.insert(
-                label.clone(),
-                HookStatus::Detached(format!("module {module} unloaded")),
-            );
+            let optional = self.hooks.iter().any(|h| h.optional && h.label() == *label);
+            let status = if optional {
+                HookStatus::Idle
+            } else {
+                HookStatus::Detached(format!("module {module} unloaded"))
+            };
+            self.statuses.insert(label.clone(), status);
         }
         if !stale.is_empty() {
             warn!(

@@ -52,6 +52,18 @@ pub enum Call {
         invalid_state: bool,
     },
     Destroy,
+    /// A QP async event reached its consumer's handler: `event` is the
+    /// kernel's `enum ib_event_type`.
+    AsyncEvent {
+        event: u32,
+    },
+    /// The device completed a work request of the QP in error (not a
+    /// flush): `status` is the kernel's `enum ib_wc_status`.
+    CompletionError {
+        status: u32,
+    },
+    /// The device moved the QP to ERR itself.
+    DeviceError,
 }
 
 /// One completed kernel call on a QP.
@@ -118,6 +130,9 @@ impl QpCall {
             Call::Create { .. } => "qp_create",
             Call::Modify { .. } => "qp_modify",
             Call::Destroy => "qp_destroy",
+            Call::AsyncEvent { .. } => "qp_async_event",
+            Call::CompletionError { .. } => "qp_completion_error",
+            Call::DeviceError => "qp_device_error",
         }
     }
 
@@ -312,6 +327,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             }
         }
         EventKind::QpDestroy => Call::Destroy,
+        EventKind::QpAsyncEvent => Call::AsyncEvent { event: raw.detail },
+        EventKind::CompletionError => Call::CompletionError { status: raw.detail },
+        EventKind::DeviceError => Call::DeviceError,
         EventKind::Cm => unreachable!("decoded above"),
     };
     Ok(Record::Qp(QpCall {

@@ -7,3 +7,4 @@ pub mod events;
 pub mod peers;
 pub mod pipeline;
 pub mod qp;
+pub mod qp_errors;

@@ -9,7 +9,7 @@ use crate::{
     kernel::rdma::QpState,
     model::cm::CmCorrelator,
     model::events::{clock_ns, decode, Call, CmCall, QpCall, Record},
-    model::qp::Correlator,
+    model::qp::{Correlator, QpDetail},
 };
 
 /// How long a record is held back after the kernel finished it, for records
@@ -22,13 +22,15 @@ pub const REORDER_WINDOW_NS: u64 = 50_000_000;
 /// Receives each decoded event with the correlators' view of it.
 pub trait EventSink: Send {
     /// `from` is the QP's state before the call; `cm_id` the CM id it is
-    /// joined to; `cgroup` the creating task's cgroup path (creates only).
+    /// joined to; `cgroup` the creating task's cgroup path (creates only);
+    /// `detail` what else the call told (async event, error cause).
     fn qp(
         &mut self,
         call: &QpCall,
         from: Option<QpState>,
         cm_id: Option<u32>,
         cgroup: Option<&str>,
+        detail: &QpDetail,
     );
     fn cm(&mut self, call: &CmCall, cm: &CmCorrelator);
 }
@@ -133,19 +135,23 @@ impl Pipeline {
         self.metrics.events.received(record.kind_label());
         match record {
             Record::Qp(call) => {
-                if let Some(sink) = self.sink.as_mut() {
+                let before = self.sink.is_some().then(|| {
                     let from = self.correlator.state_of(call.device(), call.qp_num);
                     let cgroup = matches!(call.call, Call::Create { .. })
                         .then(|| self.correlator.cgroup_path(call.cgroup_id))
                         .flatten();
+                    (from, cgroup)
+                });
+                self.correlator.handle(&call, &mut self.metrics);
+                if let (Some(sink), Some((from, cgroup))) = (self.sink.as_mut(), before) {
                     sink.qp(
                         &call,
                         from,
                         self.cm.cm_id_for_qp(call.qp_num),
                         cgroup.as_deref(),
+                        &self.correlator.take_detail(),
                     );
                 }
-                self.correlator.handle(&call, &mut self.metrics);
                 if call.pid == self.own_pid {
                     if let Some(own) = &self.own_calls {
                         own.own_call(&call);

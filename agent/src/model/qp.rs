@@ -18,6 +18,9 @@ use crate::{
         cgroups::{CgroupLabels, CgroupNames},
         events::{Call, QpCall},
         peers::Peers,
+        qp_errors::{
+            cause_of_completion, cause_of_event, ErrorNames, CAUSE_REQUESTED, CAUSE_UNKNOWN,
+        },
     },
 };
 
@@ -106,6 +109,23 @@ pub enum Observation {
     Peers {
         device: Label,
         delta: i64,
+    },
+    /// A QP async event reached its consumer's handler.
+    AsyncEvent {
+        device: Label,
+        qp_type: QpType,
+        event: Label,
+    },
+    /// The device completed a work request in error (flushes left out).
+    CompletionError {
+        device: Label,
+        status: Label,
+    },
+    /// A QP entered ERR, and why: `requested` by its owner, after an async
+    /// event (`async_event:QP_FATAL`), after an error completion
+    /// (`completion:RETRY_EXC_ERR`), or `unknown`.
+    QpError {
+        cause: Label,
     },
     /// Change of the live CM id gauge.
     LiveCmIds {
@@ -199,6 +219,9 @@ struct Tracked {
     /// The remote GID of its last modify with an address vector, until it
     /// is reset or destroyed.
     peer: Option<Gid>,
+    /// The status of its last completion in error (not a flush), the cause
+    /// if the device moves it to ERR next.
+    completion_error: Option<Label>,
 }
 
 impl Tracked {
@@ -213,6 +236,7 @@ impl Tracked {
             reached_rts: state == QpState::Rts,
             generation: 0,
             peer: None,
+            completion_error: None,
         }
     }
 }
@@ -292,6 +316,18 @@ pub struct Correlator {
     comms: CappedLabels,
     cgroups: CgroupLabels,
     peers: Peers,
+    error_names: ErrorNames,
+    /// What the last handled call told about the QP beyond its state.
+    last_detail: QpDetail,
+}
+
+/// What a call told about its QP beyond the state: the async event, the
+/// completion status, the cause of an entry into ERR (`qpwatch events`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QpDetail {
+    pub async_event: Option<Label>,
+    pub completion_status: Option<Label>,
+    pub err_cause: Option<Label>,
 }
 
 fn key(device: u32, qp_num: u32) -> u64 {
@@ -327,7 +363,24 @@ impl Correlator {
             comms: CappedLabels::new(limits.max_process_labels, Arc::clone(&other)),
             cgroups: CgroupLabels::new(limits.max_cgroup_labels, Arc::clone(&other)),
             peers: Peers::new(limits.max_peer_labels, other),
+            error_names: ErrorNames::default(),
+            last_detail: QpDetail::default(),
         }
+    }
+
+    /// Names of `enum ib_event_type` by value, from the kernel's BTF.
+    pub fn set_async_event_names(&mut self, names: Vec<Option<String>>) {
+        self.error_names.set_async_events(names);
+    }
+
+    /// Names of `enum ib_wc_status` by value, from the kernel's BTF.
+    pub fn set_completion_status_names(&mut self, names: Vec<Option<String>>) {
+        self.error_names.set_completion_status(names);
+    }
+
+    /// What the last [`Correlator::handle`]d call told beyond the state.
+    pub fn take_detail(&mut self) -> QpDetail {
+        std::mem::take(&mut self.last_detail)
     }
 
     fn device(
@@ -364,6 +417,7 @@ impl Correlator {
     }
 
     pub fn handle(&mut self, call: &QpCall, out: &mut impl Observer) {
+        self.last_detail = QpDetail::default();
         let (dev, device) = self.device(call.device_bytes(), call.device(), out);
         let k = key(dev, call.qp_num);
         match call.call {
@@ -372,8 +426,83 @@ impl Correlator {
                 to, invalid_state, ..
             } => self.on_modify(k, device, call, to, invalid_state, out),
             Call::Destroy => self.on_destroy(k, device, call, out),
+            Call::AsyncEvent { event } => self.on_async_event(k, device, call, event, out),
+            Call::CompletionError { status } => {
+                self.on_completion_error(k, device, status, out);
+            }
+            Call::DeviceError => {
+                let cause = self
+                    .qps
+                    .get_mut(&k)
+                    .and_then(|t| t.completion_error.take())
+                    .map_or_else(|| Arc::from(CAUSE_UNKNOWN), |s| cause_of_completion(&s));
+                self.enter_err(k, call.end_ns, cause, out);
+            }
         }
         out.tracked_qps(self.qps.len());
+    }
+
+    fn on_async_event(
+        &mut self,
+        k: u64,
+        device: Label,
+        call: &QpCall,
+        event: u32,
+        out: &mut impl Observer,
+    ) {
+        let name = self.error_names.async_event(event);
+        out.observe(Observation::AsyncEvent {
+            device,
+            qp_type: call.qp_type,
+            event: Arc::clone(&name),
+        });
+        self.last_detail.async_event = Some(Arc::clone(&name));
+        if let Some(cause) = cause_of_event(&name) {
+            self.enter_err(k, call.end_ns, cause, out);
+        }
+    }
+
+    fn on_completion_error(&mut self, k: u64, device: Label, status: u32, out: &mut impl Observer) {
+        let name = self.error_names.completion_status(status);
+        out.observe(Observation::CompletionError {
+            device,
+            status: Arc::clone(&name),
+        });
+        self.last_detail.completion_status = Some(Arc::clone(&name));
+        if let Some(tracked) = self.qps.get_mut(&k) {
+            if tracked.state != QpState::Err && tracked.completion_error.is_none() {
+                tracked.completion_error = Some(name);
+            }
+        }
+    }
+
+    /// The device (not a modify) put the QP in ERR for `cause`; a QP already
+    /// in ERR keeps its first cause.
+    fn enter_err(&mut self, k: u64, at_ns: u64, cause: Label, out: &mut impl Observer) {
+        if let Some(tracked) = self.qps.get_mut(&k) {
+            if tracked.state == QpState::Err {
+                return;
+            }
+            let from = tracked.state;
+            if let Some(since_ns) = tracked.state_since_ns {
+                out.observe(Observation::Dwell {
+                    state: from,
+                    duration: since(since_ns, at_ns),
+                });
+            }
+            for (state, delta) in [(from, -1), (QpState::Err, 1)] {
+                out.observe(Observation::LiveQps {
+                    device: Arc::clone(&tracked.device),
+                    qp_type: tracked.qp_type,
+                    state,
+                    delta,
+                });
+            }
+            tracked.state = QpState::Err;
+            tracked.state_since_ns = Some(at_ns);
+        }
+        self.last_detail.err_cause = Some(Arc::clone(&cause));
+        out.observe(Observation::QpError { cause });
     }
 
     /// Starts tracking a QP that existed before qpwatch (from the netlink view).
@@ -544,6 +673,7 @@ impl Correlator {
                 reached_rts: false,
                 generation: 0,
                 peer: None,
+                completion_error: None,
             },
             out,
         );
@@ -569,6 +699,13 @@ impl Correlator {
         let Some(to) = to else {
             return; // attribute-only modify: no transition
         };
+        let entered_err =
+            to == QpState::Err && self.qps.get(&k).is_none_or(|t| t.state != QpState::Err);
+        if entered_err {
+            let cause: Label = Arc::from(CAUSE_REQUESTED);
+            self.last_detail.err_cause = Some(Arc::clone(&cause));
+            out.observe(Observation::QpError { cause });
+        }
         let Some(tracked) = self.qps.get_mut(&k) else {
             out.observe(Observation::Untracked { kind: "qp_modify" });
             out.observe(Observation::Transition {
@@ -587,6 +724,7 @@ impl Correlator {
                     reached_rts: to == QpState::Rts,
                     generation: 0,
                     peer: None,
+                    completion_error: None,
                 },
                 out,
             );
@@ -627,6 +765,9 @@ impl Correlator {
         });
         tracked.state = to;
         tracked.state_since_ns = Some(call.end_ns);
+        if to == QpState::Reset {
+            tracked.completion_error = None;
+        }
         if to == QpState::Rts && !tracked.reached_rts {
             tracked.reached_rts = true;
             if let Some(created) = tracked.created_ns {
@@ -1167,5 +1308,136 @@ mod tests {
             "time in RTS before qpwatch is unknown"
         );
         assert_eq!(live_sum(&out), HashMap::from([(Err, 1)]));
+    }
+
+    fn causes(out: &[Observation]) -> Vec<String> {
+        out.iter()
+            .filter_map(|o| match o {
+                Observation::QpError { cause } => Some(cause.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn error_names(c: &mut Correlator) {
+        let mut events = vec![None; 17];
+        events[1] = Some("QP_FATAL".to_owned());
+        events[5] = Some("SQ_DRAINED".to_owned());
+        let mut status = vec![None; 13];
+        status[5] = Some("WR_FLUSH_ERR".to_owned());
+        status[12] = Some("RETRY_EXC_ERR".to_owned());
+        c.set_async_event_names(events);
+        c.set_completion_status_names(status);
+    }
+
+    fn rts(qp: u32) -> Vec<QpCall> {
+        vec![
+            create(qp, 0, 1),
+            modify(qp, Init, 2, 3),
+            modify(qp, Rtr, 4, 5),
+            modify(qp, Rts, 6, 7),
+        ]
+    }
+
+    #[test]
+    fn err_entries_carry_their_cause() {
+        let mut c = Correlator::new(Limits::default());
+        error_names(&mut c);
+        let mut out = Vec::new();
+        for qp in [1, 2, 3, 4] {
+            for call in rts(qp) {
+                c.handle(&call, &mut out);
+            }
+        }
+        out.clear();
+        // 1: its owner asks for ERR, then again (already there)
+        c.handle(&modify(1, Err, 10, 11), &mut out);
+        assert_eq!(c.take_detail().err_cause.as_deref(), Some("requested"));
+        c.handle(&modify(1, Err, 12, 13), &mut out);
+        assert_eq!(c.take_detail().err_cause, None);
+        // 2: retries run out: the error completion, then the device's move
+        // to ERR, then the flushes' own (not sent by the programs) nothing
+        let at = |call: Call, t: u64| QpCall::synthetic(call, "rxe0", 2, t, t);
+        c.handle(&at(Call::CompletionError { status: 12 }, 20), &mut out);
+        assert_eq!(
+            c.take_detail().completion_status.as_deref(),
+            Some("RETRY_EXC_ERR")
+        );
+        assert_eq!(
+            c.state_of("rxe0", 2),
+            Some(Rts),
+            "a completion alone changes nothing"
+        );
+        c.handle(&at(Call::DeviceError, 21), &mut out);
+        assert_eq!(
+            c.take_detail().err_cause.as_deref(),
+            Some("completion:RETRY_EXC_ERR")
+        );
+        assert_eq!(c.state_of("rxe0", 2), Some(Err));
+        // the owner's modify to ERR that follows is no new entry
+        c.handle(&modify(2, Err, 22, 23), &mut out);
+        // 3: an informational event, then a fatal one
+        let ev =
+            |event: u32, t: u64| QpCall::synthetic(Call::AsyncEvent { event }, "rxe0", 3, t, t);
+        c.handle(&ev(5, 30), &mut out);
+        assert_eq!(c.take_detail().async_event.as_deref(), Some("SQ_DRAINED"));
+        assert_eq!(c.state_of("rxe0", 3), Some(Rts));
+        c.handle(&ev(1, 31), &mut out);
+        assert_eq!(c.state_of("rxe0", 3), Some(Err));
+        // 4: the device moves it with nothing seen before
+        c.handle(
+            &QpCall::synthetic(Call::DeviceError, "rxe0", 4, 40, 40),
+            &mut out,
+        );
+        assert_eq!(
+            causes(&out),
+            [
+                "requested",
+                "completion:RETRY_EXC_ERR",
+                "async_event:QP_FATAL",
+                "unknown"
+            ]
+        );
+        let events: Vec<(String, String)> = out
+            .iter()
+            .filter_map(|o| match o {
+                Observation::AsyncEvent { event, device, .. } => {
+                    Some((device.to_string(), event.to_string()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("rxe0".to_owned(), "SQ_DRAINED".to_owned()),
+                ("rxe0".to_owned(), "QP_FATAL".to_owned())
+            ]
+        );
+        // every QP is live in ERR, none left in RTS; time in RTS observed
+        // for the device's moves too
+        let live = live_sum(&out);
+        assert_eq!(live.get(&Err), Some(&4));
+        assert_eq!(live.get(&Rts), Some(&-4));
+        assert!(dwells(&out).contains(&(Rts, d(0) + Duration::from_nanos(14))));
+    }
+
+    #[test]
+    fn a_reset_forgets_an_old_completion_error() {
+        let mut c = Correlator::new(Limits::default());
+        error_names(&mut c);
+        let mut out = Vec::new();
+        for call in rts(1) {
+            c.handle(&call, &mut out);
+        }
+        let at = |call: Call, t: u64| QpCall::synthetic(call, "rxe0", 1, t, t);
+        c.handle(&at(Call::CompletionError { status: 12 }, 10), &mut out);
+        c.handle(&modify(1, Reset, 11, 12), &mut out);
+        for call in rts(1).into_iter().skip(1) {
+            c.handle(&call, &mut out);
+        }
+        out.clear();
+        c.handle(&at(Call::DeviceError, 20), &mut out);
+        assert_eq!(causes(&out), ["unknown"]);
     }
 }

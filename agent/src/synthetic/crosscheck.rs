@@ -51,6 +51,9 @@ impl OwnCalls {
             Call::Modify { to: Some(to), .. } => (QpCallKind::Modify, Some(to)),
             Call::Modify { to: None, .. } => return,
             Call::Destroy => (QpCallKind::Destroy, None),
+            // not calls of the QP's owner: the device's, in whatever task
+            // the driver runs them
+            Call::AsyncEvent { .. } | Call::CompletionError { .. } | Call::DeviceError => return,
         };
         let key = (call.device().to_owned(), call.qp_num);
         let entry = self.calls.entry(key.clone()).or_insert_with(|| {

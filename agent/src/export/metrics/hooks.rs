@@ -42,13 +42,14 @@ impl HookMetrics {
     }
 
     /// Sets `qpwatch_hook_attached` for each hook of an enabled group; the
-    /// hooks of a disabled group lose their series.
+    /// hooks of a disabled group, and optional hooks whose module is not
+    /// loaded, lose their series.
     pub fn set_statuses(&self, statuses: &[(String, HookStatus)]) {
         for (hook, status) in statuses {
             let value = match status {
                 HookStatus::Attached => 1,
                 HookStatus::Detached(_) => 0,
-                HookStatus::Disabled => {
+                HookStatus::Disabled | HookStatus::Idle => {
                     let _ = self.attached.remove_label_values(&[hook]);
                     continue;
                 }

@@ -23,6 +23,7 @@ pub mod peers;
 pub mod probes;
 mod process;
 pub mod qp;
+pub mod qp_errors;
 mod registrar;
 pub mod responder;
 mod sysfs;
@@ -46,6 +47,7 @@ pub struct Metrics {
     /// Names of the registered families, in registration order.
     families: Vec<String>,
     pub qp: qp::QpMetrics,
+    pub qp_errors: qp_errors::QpErrorMetrics,
     pub cm: cm::CmMetrics,
     pub events: events::EventMetrics,
     pub limits: limits::LimitMetrics,
@@ -73,6 +75,7 @@ impl Metrics {
         build_info::register(&mut r, kernel);
         process::register(&mut r);
         let qp = qp::QpMetrics::new(&mut r, buckets);
+        let qp_errors = qp_errors::QpErrorMetrics::new(&mut r);
         let cm = cm::CmMetrics::new(&mut r, buckets);
         let events = events::EventMetrics::new(&mut r);
         let limits = limits::LimitMetrics::new(&mut r);
@@ -85,6 +88,7 @@ impl Metrics {
             registry,
             families,
             qp,
+            qp_errors,
             cm,
             events,
             limits,
@@ -155,6 +159,15 @@ impl Observer for Metrics {
                 state,
                 delta,
             } => self.qp.live(&device, qp_type, state, delta),
+            Observation::AsyncEvent {
+                device,
+                qp_type,
+                event,
+            } => self.qp_errors.async_event(&device, qp_type, &event),
+            Observation::CompletionError { device, status } => {
+                self.qp_errors.completion_error(&device, &status)
+            }
+            Observation::QpError { cause } => self.qp_errors.error(&cause),
             Observation::Untracked { kind } => self.events.untracked(kind),
             Observation::InvalidState => self.events.invalid_state(),
             Observation::Evicted => self.limits.evicted(),

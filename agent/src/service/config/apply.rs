@@ -495,7 +495,7 @@ mod tests {
             ),
             (
                 &["--groups", "qp,bogus"],
-                "--groups: unknown hook group \"bogus\" (qp, cm, kernel-ulp, ib-cm-tracepoints)",
+                "--groups: unknown hook group \"bogus\" (qp, cm, kernel-ulp, ib-cm-tracepoints, qp-async-events, rxe-qp-errors)",
             ),
             (
                 &["--buckets-dwell", "2,1"],

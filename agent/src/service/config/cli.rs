@@ -159,7 +159,8 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
     /// `hooks.groups`: hook groups to attach, comma-separated: qp, cm,
-    /// kernel-ulp, ib-cm-tracepoints (pins ib_cm) [default: qp,cm,kernel-ulp].
+    /// kernel-ulp, qp-async-events, rxe-qp-errors, ib-cm-tracepoints (pins
+    /// ib_cm) [default: qp,cm,kernel-ulp,qp-async-events,rxe-qp-errors].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub groups: Option<Vec<String>>,
     /// `hooks.strict`: exit if any hook of an enabled group does not attach.
