@@ -457,6 +457,27 @@ def overview():
         "p99 time the consumer spent handling one CM event (cma_cm_event_handler), by event.",
     ), w=12)
 
+    b.row("Why QPs died")
+    b.add(timeseries(
+        "QPs entering ERR by cause",
+        [q("sum by (cause) (rate(qpwatch_qp_errors_total{%s}[%s]))" % (SEL, RI), "{{cause}}")],
+        "ops",
+        "QPs that entered ERR per second, by cause: requested (a modify to ERR by the owner, e.g. rdma_disconnect), async_event:<event> (an affiliated error the device reported: QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR), completion:<status> (the device moved it after that error completion, e.g. RETRY_EXC_ERR; soft-RoCE only), unknown (the device moved it, no cause seen).",
+        stack=True,
+    ), w=8)
+    b.add(timeseries(
+        "QP async events",
+        [q("sum by (device, event) (rate(qpwatch_qp_async_events_total{%s}[%s]))" % (DEV, RI), "{{device}} {{event}}")],
+        "ops",
+        "QP async events delivered to the QPs' consumers per second (uverbs for userspace QPs, the ULP's handler for kernel QPs), by the kernel's event name. QP_FATAL, QP_REQ_ERR and QP_ACCESS_ERR put the QP in ERR; SQ_DRAINED, COMM_EST, PATH_MIG, QP_LAST_WQE_REACHED are informational.",
+    ), w=8)
+    b.add(timeseries(
+        "Completion errors by status",
+        [q("sum by (device, status) (rate(qpwatch_qp_completion_errors_total{%s}[%s]))" % (DEV, RI), "{{device}} {{status}}")],
+        "ops",
+        "Work completions in error per second, flushes left out, by the kernel's status name (RETRY_EXC_ERR: transport retries ran out; RNR_RETRY_EXC_ERR; REM_ACCESS_ERR, ...). Soft-RoCE only: other devices write completions where the kernel does not see them; see the device counters below.",
+    ), w=8)
+
     b.row("Device counters")
     b.add(timeseries(
         "Device error and retry counters (top 10)",

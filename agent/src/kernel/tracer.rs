@@ -195,12 +195,14 @@ impl Tracer {
     }
 
     /// Marks the hooks of an instance that is not running: detached for
-    /// `reason`, or idle if they are optional and `module_missing` (a driver
-    /// the host does not load).
-    fn set_instance_status(&mut self, kind: InstanceKind, reason: &str, module_missing: bool) {
+    /// `reason`, or idle if they are optional and their module is not loaded
+    /// (a consumer or driver the host does not run).
+    fn set_instance_status(&mut self, kind: InstanceKind, reason: &str) {
         for hook in self.hooks.iter().filter(|h| h.instance == kind) {
             if self.config.groups.contains(&hook.group) {
-                let status = if module_missing && hook.optional {
+                let status = if hook.optional
+                    && module_generation(&self.config.btf_dir, hook.module).is_none()
+                {
                     HookStatus::Idle
                 } else {
                     HookStatus::Detached(reason.to_owned())
@@ -249,7 +251,7 @@ impl Tracer {
                     for m in kind.modules() {
                         self.btf.forget(m);
                     }
-                    self.set_instance_status(kind, &reason, true);
+                    self.set_instance_status(kind, &reason);
                 }
             }
             match (self.running.contains_key(&kind), present) {
@@ -270,7 +272,7 @@ impl Tracer {
                             info!(instance = kind.name(), %reason, "driver hooks idle");
                             self.last_failure.insert(kind, reason.clone());
                         }
-                        self.set_instance_status(kind, &reason, true);
+                        self.set_instance_status(kind, &reason);
                     } else {
                         self.fail(kind, reason);
                     }
@@ -315,7 +317,7 @@ impl Tracer {
             warn!(instance = kind.name(), %reason, "hooks not attached");
             self.last_failure.insert(kind, reason.clone());
         }
-        self.set_instance_status(kind, &reason, false);
+        self.set_instance_status(kind, &reason);
     }
 
     fn start(&mut self, kind: InstanceKind, generation: &impl Fn(&str) -> Option<u64>) {
@@ -342,13 +344,12 @@ impl Tracer {
         let cm_offsets = match kind {
             InstanceKind::IbCore => {
                 match self.btf.enum_names("ib_core", "ib_event_type", "IB_EVENT_") {
-                    Ok(names) => self
-                        .pipeline
-                        .lock()
-                        .expect("not poisoned")
-                        .correlator
-                        .set_async_event_names(names),
-                    Err(error) => warn!(%error, "QP async events are named by number"),
+                    Ok(names) => {
+                        let mut pipeline = self.pipeline.lock().expect("not poisoned");
+                        pipeline.correlator.set_async_event_names(names);
+                        pipeline.init_err_causes();
+                    }
+                    Err(error) => warn!(%error, "QP async events are not named"),
                 }
                 CmOffsets::default()
             }
@@ -361,11 +362,9 @@ impl Tracer {
                     .btf
                     .rxe_offsets(&wc_status)
                     .map_err(|e| e.to_string())?;
-                self.pipeline
-                    .lock()
-                    .expect("not poisoned")
-                    .correlator
-                    .set_completion_status_names(wc_status);
+                let mut pipeline = self.pipeline.lock().expect("not poisoned");
+                pipeline.correlator.set_completion_status_names(wc_status);
+                pipeline.init_err_causes();
                 CmOffsets::default()
             }
             InstanceKind::RdmaCm => {

@@ -71,6 +71,15 @@ impl Pipeline {
         }
     }
 
+    /// Starts the counter of every cause of an entry into ERR the
+    /// correlator can name at 0.
+    pub fn init_err_causes(&mut self) {
+        let causes = self.correlator.err_causes();
+        self.metrics
+            .qp_errors
+            .init_causes(causes.iter().map(|c| &**c));
+    }
+
     /// Adds an instance's ring buffer to the ones `drain` reads.
     pub fn add_ring(&mut self, name: &'static str, ring: RingBuf<MapData>) {
         self.rings.push((name, ring));

@@ -378,6 +378,11 @@ impl Correlator {
         self.error_names.set_completion_status(names);
     }
 
+    /// Every cause of an entry into ERR the known names can give.
+    pub fn err_causes(&self) -> Vec<Label> {
+        self.error_names.causes()
+    }
+
     /// What the last [`Correlator::handle`]d call told beyond the state.
     pub fn take_detail(&mut self) -> QpDetail {
         std::mem::take(&mut self.last_detail)

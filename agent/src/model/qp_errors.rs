@@ -63,6 +63,33 @@ impl ErrorNames {
     }
 }
 
+impl ErrorNames {
+    /// Every cause the names known so far can give, for the counters to
+    /// start at 0 (an alert on `increase()` misses a series' first value).
+    pub fn causes(&self) -> Vec<Label> {
+        let mut causes: Vec<Label> = vec![Arc::from(CAUSE_REQUESTED), Arc::from(CAUSE_UNKNOWN)];
+        causes.extend(
+            self.async_events
+                .0
+                .iter()
+                .flatten()
+                .filter_map(|event| cause_of_event(event)),
+        );
+        causes.extend(
+            self.completion_status
+                .0
+                .iter()
+                .flatten()
+                .filter(|status| !NOT_CAUSES.contains(&&***status))
+                .map(|status| cause_of_completion(status)),
+        );
+        causes
+    }
+}
+
+/// Completion statuses that never precede a device's move to ERR.
+const NOT_CAUSES: [&str; 2] = ["SUCCESS", "WR_FLUSH_ERR"];
+
 /// The cause when `event` (a name) put the QP in ERR; `None` for events that
 /// leave its state alone (`SQ_DRAINED`, `COMM_EST`, `PATH_MIG`, ...).
 pub fn cause_of_event(event: &str) -> Option<Label> {
@@ -100,6 +127,28 @@ mod tests {
         assert_eq!(&*n.async_event(3), "unknown");
         assert_eq!(&*n.async_event(u32::MAX), "unknown");
         assert_eq!(&*n.completion_status(12), "RETRY_EXC_ERR");
+    }
+
+    #[test]
+    fn causes_start_from_the_names_known() {
+        let mut n = ErrorNames::default();
+        let list = |n: &ErrorNames| n.causes().iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(list(&n), ["requested", "unknown"]);
+        n.set_async_events(names(&[(1, "QP_FATAL"), (5, "SQ_DRAINED")]));
+        n.set_completion_status(names(&[
+            (0, "SUCCESS"),
+            (5, "WR_FLUSH_ERR"),
+            (12, "RETRY_EXC_ERR"),
+        ]));
+        assert_eq!(
+            list(&n),
+            [
+                "requested",
+                "unknown",
+                "async_event:QP_FATAL",
+                "completion:RETRY_EXC_ERR"
+            ]
+        );
     }
 
     #[test]

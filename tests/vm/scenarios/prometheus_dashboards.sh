@@ -56,7 +56,7 @@ prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
 prom_pid=$!
 on_exit "kill $prom_pid; wait $prom_pid; rm -rf $tsdb"
 
-start_agent --config "$cfg" --bpf-stats --groups qp,cm,kernel-ulp,ib-cm-tracepoints
+start_agent --config "$cfg" --bpf-stats --groups qp,cm,kernel-ulp,ib-cm-tracepoints,qp-async-events,rxe-qp-errors
 
 # The failing verbs, spread over a few seconds while Prometheus scrapes (so
 # their rates are not zero), in the background.
@@ -72,6 +72,12 @@ log "Prometheus $(curl -fsS "http://$PROM/api/v1/status/buildinfo" | jq -r .data
 
 wait "$qp_errors" || { cat "$OUT/qp_errors.log"; fail "qp_errors"; }
 log "qp_errors: $(sed 's/ qp [0-9]*//' "$OUT/qp_errors.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+# QPs that die on their own (retries ran out) and one SQ_DRAINED, for the
+# "Why QPs died" panels and QpwatchQpsDiedUnasked.
+for mode in retry-exceeded sq-drained; do
+  timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 "$mode" >"$OUT/qp_die-$mode.log" 2>&1 ||
+    { cat "$OUT/qp_die-$mode.log" >&2; fail "qp_die.py $mode"; }
+done
 
 # One cheap query until the slowest series are there (successful probes in
 # the last minute, the rules' first alerts), so that the full check (a minute
@@ -93,6 +99,7 @@ rc=0
   --expect-alert 'QpwatchProbeTargetDown{target="closed"}' \
   --expect-alert 'QpwatchProbeTargetDown{target="unroutable"}' \
   --expect-alert 'QpwatchLabelOverflow{label="comm"}' \
+  --expect-alert 'QpwatchQpsDiedUnasked{cause="completion:RETRY_EXC_ERR"}' \
   --expect-no-alert 'QpwatchProbeFailureRatioHigh{target="self"}' \
   --expect-no-alert 'QpwatchProbeTargetDown{target="self"}' \
   --expect-no-alert QpwatchAgentDown \

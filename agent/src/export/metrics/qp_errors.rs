@@ -46,6 +46,13 @@ impl QpErrorMetrics {
             .inc();
     }
 
+    /// Starts the `qpwatch_qp_errors_total` series of these causes at 0.
+    pub fn init_causes<'a>(&self, causes: impl IntoIterator<Item = &'a str>) {
+        for cause in causes {
+            self.errors.with_label_values(&[cause]);
+        }
+    }
+
     pub fn error(&self, cause: &str) {
         self.errors.with_label_values(&[cause]).inc();
     }
