@@ -9,6 +9,8 @@
 #                 RC QPs created/destroyed: 1 on h1 and h2 (rping makes one RC
 #                 QP per side per connection), 0 on other hosts;
 #                 CM connects: role="passive" 1 on h1, role="active" 1 on h2;
+#                 QPs entering ERR: 1 on h1 and h2, requested by the owner
+#                 (rping's rdma_disconnect);
 #                 0 events lost; live QPs back to baseline (rxe0's
 #                 QP1, adopted at start-up) .............. barrier counted
 #   h1          Prometheus: up == 1 for every agent, the same connect counts
@@ -65,6 +67,8 @@ assert_eq "h$HOST_INDEX: CM connects, active" $active "$(delta "$base" "$after" 
 assert_eq "h$HOST_INDEX: live QPs back to baseline" "$(metric "$base" 'qpwatch_qps')" "$(metric "$after" 'qpwatch_qps')"
 assert_eq "h$HOST_INDEX: events lost" 0 "$(metric "$after" 'qpwatch_events_lost_total')"
 assert_eq "h$HOST_INDEX: untracked QP events" 0 "$(metric "$after" 'qpwatch_untracked_qp_events_total')"
+assert_eq "h$HOST_INDEX: QPs moved to ERR by their owners (rping's rdma_disconnect)" $qps "$(delta "$base" "$after" 'qpwatch_qp_errors_total{cause="requested"}')"
+assert_eq "h$HOST_INDEX: QPs that entered ERR, any cause" $qps "$(delta "$base" "$after" 'qpwatch_qp_errors_total')"
 fleet_barrier counted
 
 # One Prometheus for the fleet: it sees every agent, the same figures, and
