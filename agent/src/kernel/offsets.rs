@@ -594,6 +594,59 @@ mod tests {
         assert!(offsets.ib_qp_qp_num > 0 && offsets.ib_qp_qp_type > offsets.ib_qp_qp_num);
     }
 
+    /// The RDMA netlink numbers qpwatch uses are the running kernel's (VM
+    /// suite): `enum rdma_nldev_command` and `enum rdma_nldev_attr` in
+    /// ib_core's BTF.
+    #[test]
+    fn netlink_numbers_are_the_running_kernels() {
+        if !module_btf_present(Path::new(DEFAULT_BTF_DIR), "ib_core") {
+            eprintln!("ib_core not loaded on this host; covered by the VM suite");
+            return;
+        }
+        let mut btf = KernelBtf::new(DEFAULT_BTF_DIR);
+        let names = btf.enum_names("ib_core", "rdma_nldev_command", "").unwrap();
+        let attrs = btf.enum_names("ib_core", "rdma_nldev_attr", "").unwrap();
+        for &(name, value) in crate::kernel::rdma::netlink::UAPI {
+            let table = if name.starts_with("RDMA_NLDEV_CMD_") {
+                &names
+            } else {
+                &attrs
+            };
+            assert_eq!(
+                table.get(usize::from(value)).cloned().flatten().as_deref(),
+                Some(name),
+                "{name} is {value} in qpwatch"
+            );
+        }
+    }
+
+    /// soft-RoCE's offsets and the names of the QP event and completion
+    /// status enums from the running kernel (VM suite).
+    #[test]
+    fn resolves_running_kernel_rxe_when_loaded() {
+        if !module_btf_present(Path::new(DEFAULT_BTF_DIR), "rdma_rxe") {
+            eprintln!("rdma_rxe not loaded on this host; covered by the VM suite");
+            return;
+        }
+        let mut btf = KernelBtf::new(DEFAULT_BTF_DIR);
+        let wc_status = btf.enum_names("ib_core", "ib_wc_status", "IB_WC_").unwrap();
+        assert_eq!(wc_status[0].as_deref(), Some("SUCCESS"));
+        assert!(wc_status.iter().flatten().any(|s| s == "RETRY_EXC_ERR"));
+        let rxe = btf.rxe_offsets(&wc_status).unwrap();
+        assert_eq!(
+            wc_status[rxe.wc_flush_err as usize].as_deref(),
+            Some("WR_FLUSH_ERR")
+        );
+        assert!(rxe.rxe_cq_is_user > rxe.rxe_cq_ibcq);
+        let events = btf
+            .enum_names("ib_core", "ib_event_type", "IB_EVENT_")
+            .unwrap();
+        assert!(events.iter().flatten().any(|s| s == "QP_FATAL"));
+        assert!(events.iter().flatten().any(|s| s == "SQ_DRAINED"));
+        let (element, event) = btf.event_offsets().unwrap();
+        assert!(event > element);
+    }
+
     /// Same for rdma_cm (VM suite): rdma_id_private embeds the rdma_cm_id first.
     #[test]
     fn resolves_running_kernel_rdma_cm_when_loaded() {

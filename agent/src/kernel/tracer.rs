@@ -28,7 +28,10 @@ use crate::{
         all_hooks, attach_instance, Group, Hook, HookStatus, Instance, InstanceKind, KernelCounters,
     },
     kernel::offsets::{module_generation, KernelBtf},
-    kernel::rdma::{netlink, QpState, QpType},
+    kernel::rdma::{
+        netlink::{self, NetnsMode},
+        QpState, QpType,
+    },
     model::cm::CmNames,
     model::pipeline::Pipeline,
 };
@@ -110,6 +113,8 @@ pub struct Tracer {
     statuses: BTreeMap<String, HookStatus>,
     /// Last reason logged per instance, to log each failure once.
     last_failure: HashMap<InstanceKind, String>,
+    /// The RDMA netns mode was read (and, if exclusive, its limits logged).
+    netns_mode_logged: bool,
     modules_seen: String,
     pipeline: Arc<Mutex<Pipeline>>,
     counters: Arc<Mutex<CounterSet>>,
@@ -145,6 +150,7 @@ impl Tracer {
             running: HashMap::new(),
             statuses,
             last_failure: HashMap::new(),
+            netns_mode_logged: false,
             modules_seen: String::new(),
             pipeline,
             counters: Arc::default(),
@@ -425,6 +431,9 @@ impl Tracer {
             pipeline.add_ring(kind.name(), ring);
             pipeline.flush();
         }
+        if kind == InstanceKind::IbCore && !self.netns_mode_logged {
+            self.netns_mode_logged = log_netns_mode();
+        }
         if self.config.reconcile {
             self.reconcile(kind);
         }
@@ -604,6 +613,31 @@ impl Tracer {
     /// Detaches and drains every instance, all at once.
     pub async fn shutdown(&mut self) {
         self.stop_all(&InstanceKind::ALL).await;
+    }
+}
+
+/// Says what the agent cannot see when RDMA devices are exclusive to their
+/// network namespace; returns whether the mode could be read.
+fn log_netns_mode() -> bool {
+    match netlink::netns_mode() {
+        Ok(NetnsMode::Shared) => true,
+        Ok(NetnsMode::Exclusive) => {
+            let listed = netlink::devices()
+                .map(|d| d.into_iter().map(|d| d.name).collect::<Vec<_>>().join(","))
+                .unwrap_or_default();
+            warn!(
+                listed = %listed,
+                "RDMA netns mode is exclusive: this network namespace lists only its own \
+                 RDMA devices; QPs and CM ids of devices in other namespaces are not adopted \
+                 at start-up and their device counters are not read, while the hooks see \
+                 their calls from then on, under the device's name"
+            );
+            true
+        }
+        Err(error) => {
+            debug!(%error, "RDMA netns mode not read");
+            false
+        }
     }
 }
 

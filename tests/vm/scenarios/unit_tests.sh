@@ -11,3 +11,5 @@ grep -q "test kernel::offsets::tests::resolves_running_kernel_ib_core_when_loade
 grep -q "test kernel::rdma::tests::tables_match_running_kernel_btf ... ok" "$OUT/unit.log" || fail "enum table test did not run"
 grep -q "test kernel::offsets::tests::resolves_running_kernel_rdma_cm_when_loaded ... ok" "$OUT/unit.log" || fail "rdma_cm offset test did not run"
 grep -q "test kernel::rdma::netlink::tests::snapshot_of_the_running_kernel ... ok" "$OUT/unit.log" || fail "netlink snapshot test did not run"
+grep -q "test kernel::offsets::tests::netlink_numbers_are_the_running_kernels ... ok" "$OUT/unit.log" || fail "netlink numbers test did not run"
+grep -q "test kernel::offsets::tests::resolves_running_kernel_rxe_when_loaded ... ok" "$OUT/unit.log" || fail "rdma_rxe offset test did not run"

@@ -1,6 +1,7 @@
 //! The kernel's own view of RDMA resources, over RDMA netlink (nldev): the data
-//! `rdma res show qp` and `rdma res show cm_id` print. Used to reconcile QPs
-//! and CM ids that existed before the agent started.
+//! `rdma res show qp` and `rdma res show cm_id` print, and the network
+//! namespace mode `rdma system show` prints. Used to reconcile QPs and CM ids
+//! that existed before the agent started.
 //!
 //! A small hand-written client: RDMA netlink has no family header and a handful
 //! of attributes, and the uapi numbers below (include/uapi/rdma/rdma_netlink.h)
@@ -15,6 +16,7 @@ const RDMA_NL_NLDEV: u16 = 5;
 const RDMA_NLDEV_CMD_GET: u16 = 1;
 const RDMA_NLDEV_CMD_RES_QP_GET: u16 = 10;
 const RDMA_NLDEV_CMD_RES_CM_ID_GET: u16 = 11;
+const RDMA_NLDEV_CMD_SYS_GET: u16 = 6;
 
 const ATTR_DEV_INDEX: u16 = 1;
 const ATTR_DEV_NAME: u16 = 2;
@@ -30,11 +32,40 @@ const ATTR_RES_CM_ID: u16 = 30;
 const ATTR_RES_CM_ID_ENTRY: u16 = 31;
 const ATTR_RES_PS: u16 = 32;
 const ATTR_RES_CM_IDN: u16 = 63;
+/// `RDMA_NLDEV_SYS_ATTR_NETNS_MODE` (u8): `ib_devices_shared_netns`.
+const ATTR_SYS_NETNS_MODE: u16 = 66;
+
+/// The uapi numbers above by their kernel names (`enum rdma_nldev_command`,
+/// `enum rdma_nldev_attr`), for the VM suite to check against the running
+/// kernel's BTF.
+#[cfg(test)]
+pub(crate) const UAPI: &[(&str, u16)] = &[
+    ("RDMA_NLDEV_CMD_GET", RDMA_NLDEV_CMD_GET),
+    ("RDMA_NLDEV_CMD_RES_QP_GET", RDMA_NLDEV_CMD_RES_QP_GET),
+    ("RDMA_NLDEV_CMD_RES_CM_ID_GET", RDMA_NLDEV_CMD_RES_CM_ID_GET),
+    ("RDMA_NLDEV_CMD_SYS_GET", RDMA_NLDEV_CMD_SYS_GET),
+    ("RDMA_NLDEV_ATTR_DEV_INDEX", ATTR_DEV_INDEX),
+    ("RDMA_NLDEV_ATTR_DEV_NAME", ATTR_DEV_NAME),
+    ("RDMA_NLDEV_ATTR_PORT_INDEX", ATTR_PORT_INDEX),
+    ("RDMA_NLDEV_ATTR_RES_QP", ATTR_RES_QP),
+    ("RDMA_NLDEV_ATTR_RES_QP_ENTRY", ATTR_RES_QP_ENTRY),
+    ("RDMA_NLDEV_ATTR_RES_LQPN", ATTR_RES_LQPN),
+    ("RDMA_NLDEV_ATTR_RES_TYPE", ATTR_RES_TYPE),
+    ("RDMA_NLDEV_ATTR_RES_STATE", ATTR_RES_STATE),
+    ("RDMA_NLDEV_ATTR_RES_PID", ATTR_RES_PID),
+    ("RDMA_NLDEV_ATTR_RES_KERN_NAME", ATTR_RES_KERN_NAME),
+    ("RDMA_NLDEV_ATTR_RES_CM_ID", ATTR_RES_CM_ID),
+    ("RDMA_NLDEV_ATTR_RES_CM_ID_ENTRY", ATTR_RES_CM_ID_ENTRY),
+    ("RDMA_NLDEV_ATTR_RES_PS", ATTR_RES_PS),
+    ("RDMA_NLDEV_ATTR_RES_CM_IDN", ATTR_RES_CM_IDN),
+    ("RDMA_NLDEV_SYS_ATTR_NETNS_MODE", ATTR_SYS_NETNS_MODE),
+];
 
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_MULTI: u16 = 2;
+const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 const NLMSG_HDRLEN: usize = 16;
@@ -287,13 +318,35 @@ impl Socket {
         command: u16,
         attrs: &[(u16, u32)],
         seq: u32,
+        each: impl FnMut(&[u8]),
+    ) -> Result<(), NetlinkError> {
+        self.exchange(
+            request,
+            command,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            attrs,
+            seq,
+            each,
+        )
+    }
+
+    /// Sends a request with `flags` and calls `each` with the payload of
+    /// every reply until the last (a dump's DONE, an ACK, or a message that
+    /// is not part of a multipart reply).
+    fn exchange(
+        &self,
+        request: &'static str,
+        command: u16,
+        flags: u16,
+        attrs: &[(u16, u32)],
+        seq: u32,
         mut each: impl FnMut(&[u8]),
     ) -> Result<(), NetlinkError> {
         let mut msg = Vec::with_capacity(64);
         let kind = (RDMA_NL_NLDEV << 10) | command;
         msg.extend_from_slice(&0u32.to_ne_bytes()); // length, patched below
         msg.extend_from_slice(&kind.to_ne_bytes());
-        msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        msg.extend_from_slice(&flags.to_ne_bytes());
         msg.extend_from_slice(&seq.to_ne_bytes());
         msg.extend_from_slice(&0u32.to_ne_bytes());
         for &(attr, value) in attrs {
@@ -359,12 +412,69 @@ impl Socket {
     }
 }
 
+/// How RDMA devices are shared among network namespaces (`rdma system set
+/// netns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsMode {
+    /// Every namespace sees every device (the default).
+    Shared,
+    /// A device is seen only in its own namespace: netlink and sysfs list
+    /// only this namespace's devices.
+    Exclusive,
+}
+
+/// Parses the RDMA_NLDEV_CMD_SYS_GET reply.
+fn parse_netns_mode(payload: &[u8]) -> Option<NetnsMode> {
+    attrs(payload)
+        .find(|a| a.kind == ATTR_SYS_NETNS_MODE)
+        .and_then(|a| a.u8())
+        .map(|shared| {
+            if shared == 0 {
+                NetnsMode::Exclusive
+            } else {
+                NetnsMode::Shared
+            }
+        })
+}
+
+/// The RDMA subsystem's network namespace mode (`rdma system show`).
+pub fn netns_mode() -> Result<NetnsMode, NetlinkError> {
+    let socket = Socket::open()?;
+    let mut mode = None;
+    socket.exchange(
+        "system get",
+        RDMA_NLDEV_CMD_SYS_GET,
+        NLM_F_REQUEST | NLM_F_ACK,
+        &[],
+        1,
+        |p| mode = mode.or(parse_netns_mode(p)),
+    )?;
+    mode.ok_or(NetlinkError::Malformed {
+        request: "system get",
+        what: "no netns mode",
+    })
+}
+
 /// The kernel's RDMA resources at one moment.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     pub devices: Vec<Device>,
     pub qps: Vec<QpEntry>,
     pub cm_ids: Vec<CmIdEntry>,
+}
+
+/// The RDMA devices this network namespace sees (`rdma dev show`).
+pub fn devices() -> Result<Vec<Device>, NetlinkError> {
+    let socket = Socket::open()?;
+    let mut devices: Vec<Device> = Vec::new();
+    socket.dump("device dump", RDMA_NLDEV_CMD_GET, &[], 1, |p| {
+        if let Some(d) = parse_device(p) {
+            if !devices.iter().any(|x| x.index == d.index) {
+                devices.push(d);
+            }
+        }
+    })?;
+    Ok(devices)
 }
 
 /// Dumps devices, then each device's QPs and CM ids (the kernel dumps
@@ -462,6 +572,23 @@ mod tests {
         assert_eq!((qps[1].lqpn, qps[1].qp_type, qps[1].state), (17, 2, 3));
         assert_eq!((qps[1].pid, qps[1].port), (Some(4242), Some(1)));
         assert_eq!(qps[1].device, "rxe0");
+    }
+
+    #[test]
+    fn parses_the_netns_mode() {
+        let reply = |shared: u8| {
+            [
+                attr(ATTR_SYS_NETNS_MODE, &[shared]),
+                attr(ATTR_SYS_NETNS_MODE + 1, b"ib\0"),
+            ]
+            .concat()
+        };
+        assert_eq!(parse_netns_mode(&reply(1)), Some(NetnsMode::Shared));
+        assert_eq!(parse_netns_mode(&reply(0)), Some(NetnsMode::Exclusive));
+        assert_eq!(
+            parse_netns_mode(&attr(ATTR_DEV_INDEX, &1u32.to_ne_bytes())),
+            None
+        );
     }
 
     #[test]
