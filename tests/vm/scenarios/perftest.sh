@@ -49,7 +49,7 @@ for t in $tests; do
         break
       fi
       cat "$OUT/$t$cm-client.$attempt.log" >&2
-      kill "$server" 2>/dev/null
+      kill "$server" 2>/dev/null || true # it may have given up already
       wait "$server" 2>/dev/null || true
       [ $attempt -lt 2 ] || fail "$run: client failed twice: $(grep -v '^ *$' "$OUT/$t$cm-client.$attempt.log" | tail -n 1)"
       log "$run: client failed ($(grep -v '^ *$' "$OUT/$t$cm-client.$attempt.log" | tail -n 1)); once more"
