@@ -42,6 +42,10 @@ listened=$(scrape listening)
 # the specific address: one call; every address: the call and one nested per device (rxe0)
 assert_eq "rdma_listen calls of the two target ports" 3 "$(delta "$idle" "$listened" 'qpwatch_cm_call_duration_seconds_count{call="rdma_listen"}')"
 assert_eq "events lost while listening" 0 "$(metric "$listened" 'qpwatch_events_lost_total')"
+# the consumers' QP event handlers (optional hooks) attach with their modules
+for handler in nvme_rdma_qp_event nvmet_rdma_qp_event; do
+  assert_eq "kprobe:$handler attached" 1 "$(metric "$listened" "qpwatch_hook_attached{hook=\"kprobe:$handler\"}")"
+done
 
 # connect_cycle SVCID: nvme connect through one target port, I/O, disconnect,
 # with exact counts of both sides (host: nvme_rdma, active; target:
@@ -90,6 +94,10 @@ connect_cycle() {
     fail "CM id gauge did not return to its value before connect (port $svcid)"
   end=$(scrape "end-$svcid")
   assert_eq "$svcid: kernel QPs destroyed" "$kernel_qps" "$(delta "$up" "$end" 'qpwatch_qp_destroyed_total{qp_type="RC"}')"
+  # both sides' rdma_disconnect() (cma_modify_qp_err), then ib_drain_qp()
+  # on a QP already in ERR
+  assert_eq "$svcid: kernel QPs moved to ERR by their consumers (requested)" "$kernel_qps" "$(delta "$up" "$end" 'qpwatch_qp_errors_total{cause="requested"}')"
+  assert_eq "$svcid: kernel QPs that entered ERR, any cause" "$kernel_qps" "$(delta "$up" "$end" 'qpwatch_qp_errors_total')"
   assert_eq "$svcid: untracked QP events" 0 "$(delta "$base" "$end" 'qpwatch_untracked_qp_events_total')"
   assert_eq "$svcid: events lost" 0 "$(metric "$end" 'qpwatch_events_lost_total')"
 }
