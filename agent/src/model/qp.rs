@@ -225,6 +225,29 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// Moves the QP from its state to `to`, a different one: the time it
+    /// spent there (until `left_ns`), the live-QP gauge, `to` since
+    /// `entered_ns`.
+    fn move_to(&mut self, to: QpState, left_ns: u64, entered_ns: u64, out: &mut impl Observer) {
+        let from = self.state;
+        if let Some(since_ns) = self.state_since_ns {
+            out.observe(Observation::Dwell {
+                state: from,
+                duration: since(since_ns, left_ns),
+            });
+        }
+        for (state, delta) in [(from, -1), (to, 1)] {
+            out.observe(Observation::LiveQps {
+                device: Arc::clone(&self.device),
+                qp_type: self.qp_type,
+                state,
+                delta,
+            });
+        }
+        self.state = to;
+        self.state_since_ns = Some(entered_ns);
+    }
+
     /// A QP known from the kernel's list (netlink), not from its create event.
     fn adopted(device: Label, qp_type: QpType, state: QpState) -> Self {
         Self {
@@ -488,24 +511,13 @@ impl Correlator {
             if tracked.state == QpState::Err {
                 return;
             }
-            let from = tracked.state;
-            if let Some(since_ns) = tracked.state_since_ns {
-                out.observe(Observation::Dwell {
-                    state: from,
-                    duration: since(since_ns, at_ns),
-                });
-            }
-            for (state, delta) in [(from, -1), (QpState::Err, 1)] {
-                out.observe(Observation::LiveQps {
-                    device: Arc::clone(&tracked.device),
-                    qp_type: tracked.qp_type,
-                    state,
-                    delta,
-                });
-            }
-            tracked.state = QpState::Err;
-            tracked.state_since_ns = Some(at_ns);
+            tracked.move_to(QpState::Err, at_ns, at_ns, out);
         }
+        self.entered_err(cause, out);
+    }
+
+    /// A QP entered ERR for `cause`: counted, and told to `qpwatch events`.
+    fn entered_err(&mut self, cause: Label, out: &mut impl Observer) {
         self.last_detail.err_cause = Some(Arc::clone(&cause));
         out.observe(Observation::QpError { cause });
     }
@@ -704,12 +716,8 @@ impl Correlator {
         let Some(to) = to else {
             return; // attribute-only modify: no transition
         };
-        let entered_err =
-            to == QpState::Err && self.qps.get(&k).is_none_or(|t| t.state != QpState::Err);
-        if entered_err {
-            let cause: Label = Arc::from(CAUSE_REQUESTED);
-            self.last_detail.err_cause = Some(Arc::clone(&cause));
-            out.observe(Observation::QpError { cause });
+        if to == QpState::Err && self.qps.get(&k).is_none_or(|t| t.state != QpState::Err) {
+            self.entered_err(Arc::from(CAUSE_REQUESTED), out);
         }
         let Some(tracked) = self.qps.get_mut(&k) else {
             out.observe(Observation::Untracked { kind: "qp_modify" });
@@ -750,26 +758,7 @@ impl Correlator {
         if from == to {
             return;
         }
-        if let Some(since_ns) = tracked.state_since_ns {
-            out.observe(Observation::Dwell {
-                state: from,
-                duration: since(since_ns, call.start_ns),
-            });
-        }
-        out.observe(Observation::LiveQps {
-            device: Arc::clone(&tracked.device),
-            qp_type: tracked.qp_type,
-            state: from,
-            delta: -1,
-        });
-        out.observe(Observation::LiveQps {
-            device: Arc::clone(&tracked.device),
-            qp_type: tracked.qp_type,
-            state: to,
-            delta: 1,
-        });
-        tracked.state = to;
-        tracked.state_since_ns = Some(call.end_ns);
+        tracked.move_to(to, call.start_ns, call.end_ns, out);
         if to == QpState::Reset {
             tracked.completion_error = None;
         }
