@@ -270,6 +270,16 @@ pub struct Hook {
 }
 
 impl Hook {
+    /// Its status while its module is not loaded: idle if it is optional,
+    /// else detached for `reason`.
+    pub fn without_module(&self, reason: String) -> HookStatus {
+        if self.optional {
+            HookStatus::Idle
+        } else {
+            HookStatus::Detached(reason)
+        }
+    }
+
     /// `kprobe:f`, `kretprobe:f` or `raw_tracepoint:cat:name`: the `hook` label.
     pub fn label(&self) -> String {
         match &self.attach {
@@ -952,8 +962,7 @@ pub fn attach_instance(
             continue;
         }
         let status = match generation(hook.module) {
-            None if hook.optional => HookStatus::Idle,
-            None => HookStatus::Detached(format!("module {} not loaded", hook.module)),
+            None => hook.without_module(format!("module {} not loaded", hook.module)),
             Some(generation) => match instance.attach(hook, generation) {
                 Ok(()) => HookStatus::Attached,
                 Err(reason) => {

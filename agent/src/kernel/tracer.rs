@@ -206,12 +206,9 @@ impl Tracer {
     fn set_instance_status(&mut self, kind: InstanceKind, reason: &str) {
         for hook in self.hooks.iter().filter(|h| h.instance == kind) {
             if self.config.groups.contains(&hook.group) {
-                let status = if hook.optional
-                    && module_generation(&self.config.btf_dir, hook.module).is_none()
-                {
-                    HookStatus::Idle
-                } else {
-                    HookStatus::Detached(reason.to_owned())
+                let status = match module_generation(&self.config.btf_dir, hook.module) {
+                    None => hook.without_module(reason.to_owned()),
+                    Some(_) => HookStatus::Detached(reason.to_owned()),
                 };
                 self.statuses.insert(hook.label(), status);
             }
@@ -536,14 +533,12 @@ impl Tracer {
             return;
         };
         let stale = running.instance.detach_stale(generation);
+        // attach_instance below gives them their status (idle, when optional)
         for (label, module) in &stale {
-            let optional = self.hooks.iter().any(|h| h.optional && h.label() == *label);
-            let status = if optional {
-                HookStatus::Idle
-            } else {
-                HookStatus::Detached(format!("module {module} unloaded"))
-            };
-            self.statuses.insert(label.clone(), status);
+            self.statuses.insert(
+                label.clone(),
+                HookStatus::Detached(format!("module {module} unloaded")),
+            );
         }
         if !stale.is_empty() {
             warn!(
