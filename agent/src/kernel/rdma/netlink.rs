@@ -311,6 +311,19 @@ impl Socket {
         Ok(socket)
     }
 
+    /// Every device, once (a dump may repeat one).
+    fn devices(&self) -> Result<Vec<Device>, NetlinkError> {
+        let mut devices: Vec<Device> = Vec::new();
+        self.dump("device dump", RDMA_NLDEV_CMD_GET, &[], 1, |p| {
+            if let Some(d) = parse_device(p) {
+                if !devices.iter().any(|x| x.index == d.index) {
+                    devices.push(d);
+                }
+            }
+        })?;
+        Ok(devices)
+    }
+
     /// Sends a dump request and calls `each` with the payload of every reply.
     fn dump(
         &self,
@@ -465,30 +478,17 @@ pub struct Snapshot {
 
 /// The RDMA devices this network namespace sees (`rdma dev show`).
 pub fn devices() -> Result<Vec<Device>, NetlinkError> {
-    let socket = Socket::open()?;
-    let mut devices: Vec<Device> = Vec::new();
-    socket.dump("device dump", RDMA_NLDEV_CMD_GET, &[], 1, |p| {
-        if let Some(d) = parse_device(p) {
-            if !devices.iter().any(|x| x.index == d.index) {
-                devices.push(d);
-            }
-        }
-    })?;
-    Ok(devices)
+    Socket::open()?.devices()
 }
 
 /// Dumps devices, then each device's QPs and CM ids (the kernel dumps
 /// resources per device: `res_get_common_dumpit()` requires a device index).
 pub fn snapshot() -> Result<Snapshot, NetlinkError> {
     let socket = Socket::open()?;
-    let mut snap = Snapshot::default();
-    socket.dump("device dump", RDMA_NLDEV_CMD_GET, &[], 1, |p| {
-        if let Some(d) = parse_device(p) {
-            if !snap.devices.iter().any(|x| x.index == d.index) {
-                snap.devices.push(d);
-            }
-        }
-    })?;
+    let mut snap = Snapshot {
+        devices: socket.devices()?,
+        ..Snapshot::default()
+    };
     for (i, device) in snap.devices.iter().enumerate() {
         let seq = 2 + 2 * i as u32;
         socket.dump(
