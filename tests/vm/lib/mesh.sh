@@ -102,11 +102,19 @@ mesh_wait_answering() {
 # RTT histogram (or HISTOGRAM, another per-target mesh histogram) of TARGET
 # over the observations between two scrapes, linear within the bucket as
 # histogram_quantile does; prints "value count".
-hist_quantile() {
-  awk -v q="$3" -v tgt="target=\"$4\"" -v name="${5:-qpwatch_mesh_probe_rtt_seconds}_bucket{" '
+hist_quantile() { hist_quantile_windows "$3" "$4" "${5:-qpwatch_mesh_probe_rtt_seconds}" "$1" "$2"; }
+
+# hist_quantile_windows Q TARGET HISTOGRAM BEFORE AFTER [BEFORE AFTER...]: as
+# hist_quantile, over the observations of several windows together (each
+# between its own two scrapes).
+hist_quantile_windows() {
+  local q=$1 target=$2 name=$3
+  shift 3
+  awk -v q="$q" -v tgt="target=\"$target\"" -v name="${name}_bucket{" '
+    FNR == 1 { sign = (++file % 2 == 1) ? -1 : 1 }
     index($0, name) == 1 && index($0, tgt) {
       le = $0; sub(/.*le="/, "", le); sub(/".*/, "", le)
-      v[le] += (FILENAME == ARGV[1] ? -1 : 1) * $NF
+      v[le] += sign * $NF
       if (!(le in seen)) { seen[le] = 1; les[++n] = le }
     }
     END {
@@ -124,7 +132,7 @@ hist_quantile() {
         }
         prev = c; lo = num[i]
       }
-    }' "$1" "$2"
+    }' "$@"
 }
 
 # agent_threads: the agent's thread count, without tokio's blocking pool
