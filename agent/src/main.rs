@@ -40,6 +40,17 @@ fn main() -> ExitCode {
             }
             Err(error) => fail(&error),
         },
+        Some(Command::Completions { shell }) => {
+            qpwatch::service::manual::write_completions(shell, &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Manpages { dir }) => match qpwatch::service::manual::write_manpages(&dir) {
+            Ok(written) => {
+                written.iter().for_each(|p| println!("{}", p.display()));
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(&error),
+        },
     }
 }
 

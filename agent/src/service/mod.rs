@@ -1,10 +1,12 @@
 //! Running as a service: configuration, the daemon loop, systemd, install,
-//! logging, the mesh's targets file, the host's own addresses.
+//! man pages and completions, logging, the mesh's targets file, the host's
+//! own addresses.
 
 pub mod config;
 pub mod daemon;
 pub mod install;
 pub mod local_addrs;
 pub mod logging;
+pub mod manual;
 pub mod systemd;
 pub mod targets_file;

@@ -13,7 +13,18 @@ use super::rules::parse_target_address;
     name = "qpwatch",
     // the version, the git revision and whether the tree had changes not committed
     version = env!("QPWATCH_LONG_VERSION"),
-    about = "eBPF observability for RDMA queue pair lifecycles"
+    about = "eBPF observability for RDMA queue pair lifecycles",
+    long_about = "eBPF observability for RDMA queue pair lifecycles.\n\n\
+        qpwatch attaches kprobes to the kernel's RDMA core (ib_core) and \
+        connection manager (rdma_cm), follows every queue pair from creation \
+        through its state transitions to destruction, and serves what it saw \
+        as Prometheus metrics on /metrics, with /healthz and /readyz. It can \
+        also send synthetic RDMA probes to other hosts and answer theirs: RC \
+        probes to [[targets]], and in fleet mode ([mesh]) a UD probe mesh.\n\n\
+        Without a subcommand it runs the agent (as `qpwatch run`). The \
+        configuration file is /etc/qpwatch/qpwatch.toml; every key has the \
+        flag listed below, and flags win. SIGHUP re-reads the file; SIGTERM \
+        or SIGINT stops the agent."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -46,8 +57,21 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Run only the probe responder, until SIGTERM/SIGINT.
     Responder(ResponderArgs),
-    /// Install the binary, the systemd unit and an example config.
+    /// Install the binary, the systemd unit and an example config into
+    /// /usr/local (for tarball users; the Debian package installs its own).
     Install(InstallArgs),
+    /// Print a shell completion script to stdout.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (qpwatch.8 and one per subcommand) into DIR.
+    Manpages {
+        /// Directory to write the pages into (created if missing).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
