@@ -7,6 +7,10 @@ unit=$REPO/packaging/qpwatch.service
 on_exit "rm -rf /usr/local/bin/qpwatch /etc/systemd/system/qpwatch.service /etc/qpwatch"
 "$BIN/qpwatch" install >"$OUT/install.log" || fail "qpwatch install failed"
 cmp -s "$unit" /etc/systemd/system/qpwatch.service || fail "installed unit differs from packaging/"
+cmp -s "$REPO/packaging/qpwatch.toml" /etc/qpwatch/qpwatch.toml || fail "installed config differs from packaging/"
+# the shipped config probes nothing: a target, as an operator adds one (the
+# commented example's), unroutable here
+printf '\n[[targets]]\nname = "rack-b-host-7"\naddress = "10.20.0.7:9723"\n' >>/etc/qpwatch/qpwatch.toml
 exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
 caps=$(sed -n 's/^AmbientCapabilities=//p' "$unit")
 bounding=$(sed -n 's/^CapabilityBoundingSet=//p' "$unit")
@@ -45,7 +49,7 @@ rping -s -a "$RXE_ADDR" -C 3 >"$OUT/rping-server.log" 2>&1 &
 sleep 1
 rping -c -a "$RXE_ADDR" -C 3 >"$OUT/rping-client.log" 2>&1 || fail "rping failed"
 wait_for_metric 'qpwatch_qp_destroyed_total{qp_type="RC"}' 2 60 || fail "rping QPs not seen"
-# the example config's probe target is unroutable here: the probe path runs unprivileged
+# the added probe target is unroutable here: the probe path runs unprivileged
 wait_for_metric_at_least 'qpwatch_probe_total{target="rack-b-host-7",result="addr_error"}' 1 60 || fail "example target not probed"
 kill -HUP "$AGENT_PID"
 wait_until 10 grep -q '^RELOADING=1' "$OUT/notify.log" || fail "no RELOADING=1 on SIGHUP"

@@ -368,12 +368,35 @@ mod tests {
         );
     }
 
+    const SHIPPED: &str = include_str!("../../../../packaging/qpwatch.toml");
+
     #[test]
-    fn the_example_config_is_valid() {
-        let text = include_str!("../../../../packaging/qpwatch.toml");
-        let s = parse(text).unwrap();
+    fn the_shipped_config_is_valid_and_probes_nothing() {
+        let s = parse(SHIPPED).unwrap();
         assert_eq!(s.listen, "0.0.0.0:9721".parse().unwrap());
-        assert!(!s.targets.is_empty());
+        assert!(s.targets.is_empty(), "{:?}", s.targets);
+        assert!(s.mesh.is_none());
+    }
+
+    #[test]
+    fn the_shipped_config_example_target_is_valid_uncommented() {
+        let start = SHIPPED.find("# [[targets]]\n").unwrap();
+        let end = start + SHIPPED[start..].find("\n\n").unwrap();
+        let uncommented: String = SHIPPED[start..end]
+            .lines()
+            .map(|line| {
+                let rest = line.trim_start_matches("# ");
+                if rest.starts_with("[[targets]]") || rest.split_once(" = ").is_some() {
+                    rest
+                } else {
+                    line
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = parse(&format!("{}{uncommented}\n", &SHIPPED[..start])).unwrap();
+        assert_eq!(s.targets.len(), 1);
+        assert_eq!(s.targets[0].name, "rack-b-host-7");
     }
 
     #[test]
