@@ -18,7 +18,7 @@
 #               - h1 -> h3: the median's rise is within 20% of 2 ms, or its
 #                 rise beyond h1 -> h2's over the same windows is, or it is
 #                 within 20% of the delay perftest saw the switch add: the
-#                 emulated switch's timers add to a netem delay (in five
+#                 emulated switch's timers add to a netem delay (in four
 #                 runs twice the rise of ib_send_lat's t_min, its figure
 #                 least moved by the bed's load, was 1.9 to 2.9 ms for 2 ms;
 #                 its t_typical rose by 1.2 to 4.8 ms of half round trip in
