@@ -573,7 +573,9 @@ fn metrics_section() -> &'static str {
 
 /// The `qpwatch_*` names in `text`, each with whether it is a prefix (it
 /// ends in `_`, or a `*` follows: `qpwatch_bpf_program_*`). Recording rules
-/// (`instance:qpwatch_...:rate5m`, `qpwatch:...`) are not metric names.
+/// (`instance:qpwatch_...:rate5m`, `qpwatch:...`) are not metric names, and
+/// neither is the package's file name (`qpwatch_0.1.0_amd64.deb`): a
+/// metric's name goes on with a letter.
 fn mentioned(text: &str) -> Vec<(&str, bool)> {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut names = Vec::new();
@@ -585,7 +587,10 @@ fn mentioned(text: &str) -> Vec<(&str, bool)> {
             .map_or(text.len(), |j| start + j);
         from = end;
         let before = text[..start].chars().next_back();
-        if before.is_some_and(|c| is_name(c) || c == ':') || text[end..].starts_with(':') {
+        if before.is_some_and(|c| is_name(c) || c == ':')
+            || text[end..].starts_with(':')
+            || text[start + "qpwatch_".len()..].starts_with(|c: char| c.is_ascii_digit())
+        {
             continue;
         }
         let name = &text[start..end];
@@ -644,7 +649,8 @@ fn every_registered_family_has_a_row_in_the_readme_metrics_table() {
 #[test]
 fn the_readme_scan_finds_names_prefixes_and_skips_recording_rules() {
     let text = "`qpwatch_qps{state}` and `qpwatch_bpf_program_*`, the `qpwatch_` prefix, \
-                `instance:qpwatch_qp_created:rate5m`, `qpwatch:x`, myqpwatch_y";
+                `instance:qpwatch_qp_created:rate5m`, `qpwatch:x`, myqpwatch_y, \
+                ./target/debian/qpwatch_0.1.0_amd64.deb";
     assert_eq!(
         mentioned(text),
         [
