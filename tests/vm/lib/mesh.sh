@@ -62,14 +62,17 @@ probe_rtt = [$MESH_RTT_BUCKETS]
 TOML
 }
 
-# start_mesh_agent: targets file with every other host, the fleet-mode
-# configuration, the agent started and ready (180 s: one emulated CPU).
+# start_mesh_agent [--answer-only]: targets file with every other host (or
+# none: the agent only answers), the fleet-mode configuration, the agent
+# started and ready (180 s: one emulated CPU).
 start_mesh_agent() {
-  local h
+  local h peers
+  peers=$(mesh_peers)
+  [ "${1:-}" = --answer-only ] && peers=
   MESH_TARGETS=
-  for h in $(mesh_peers); do MESH_TARGETS+="${MESH_TARGETS:+ }$(fleet_host_addr "$h")"; done
-  # shellcheck disable=SC2046 # one index a word
-  mesh_write_targets "$(mesh_targets_json $(mesh_peers))"
+  for h in $peers; do MESH_TARGETS+="${MESH_TARGETS:+ }$(fleet_host_addr "$h")"; done
+  # shellcheck disable=SC2086 # one index a word
+  mesh_write_targets "$(mesh_targets_json $peers)"
   mesh_config >"$OUT/qpwatch.toml"
   launch_agent --config "$OUT/qpwatch.toml"
   wait_agent_ready 180
