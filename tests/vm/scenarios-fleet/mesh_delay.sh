@@ -58,30 +58,31 @@ case $HOST_INDEX in
     fleet_barrier lat-server
     fleet_switch netem 3 delay 0ms >&2
     sleep 2
-    base=() delayed=()
+    base=() delay=()
     # ping h3 meanwhile (20/s, answered by h3's kernel): what the delay adds
     # to the path in the same seconds, with the same timers and load
     ping -n -D -i 0.05 "$h3" >"$OUT/ping.log" 2>&1 &
     pinger=$!
     on_exit "kill $pinger 2>/dev/null"
-    window() { echo "$1 $(date +%s.%N)" >>"$OUT/windows.txt"; }
-    for ((cycle = 1; cycle <= CYCLES; cycle++)); do
-      f=$(scrape "base$cycle-0")
-      base+=("$f")
-      window base
+    mark() { echo "$1 $(date +%s.%N)" >>"$OUT/windows.txt"; }
+    # measure_window PHASE: a WINDOW s of PHASE (base or delay) between two
+    # scrapes, appended to the array named PHASE, its span marked for ping
+    measure_window() {
+      local -n scrapes=$1
+      local f
+      f=$(scrape "$1$cycle-0")
+      scrapes+=("$f")
+      mark "$1"
       sleep "$WINDOW"
-      window end
-      f=$(scrape "base$cycle-1")
-      base+=("$f")
+      mark end
+      f=$(scrape "$1$cycle-1")
+      scrapes+=("$f")
+    }
+    for ((cycle = 1; cycle <= CYCLES; cycle++)); do
+      measure_window base
       fleet_switch netem 3 delay 2ms >&2
       sleep 1
-      f=$(scrape "delay$cycle-0")
-      delayed+=("$f")
-      window delay
-      sleep "$WINDOW"
-      window end
-      f=$(scrape "delay$cycle-1")
-      delayed+=("$f")
+      measure_window delay
       [ "$cycle" = "$CYCLES" ] || { fleet_switch netem 3 delay 0ms >&2 && sleep 1; }
     done
     kill "$pinger" || fail "ping h1 -> h3 ended early: $(tail -n 2 "$OUT/ping.log")"
@@ -110,12 +111,12 @@ case $HOST_INDEX in
     fleet_switch clear 3 >&2
     median() { hist_quantile_windows 0.5 "$1" qpwatch_mesh_probe_rtt_seconds "${@:2}"; }
     read -r m3_base n3_base <<<"$(median "$h3" "${base[@]}")"
-    read -r m3_delay n3_delay <<<"$(median "$h3" "${delayed[@]}")"
+    read -r m3_delay n3_delay <<<"$(median "$h3" "${delay[@]}")"
     read -r m2_base n2_base <<<"$(median "$h2" "${base[@]}")"
-    read -r m2_delay n2_delay <<<"$(median "$h2" "${delayed[@]}")"
+    read -r m2_delay n2_delay <<<"$(median "$h2" "${delay[@]}")"
     {
       for ((cycle = 0; cycle < CYCLES; cycle++)); do
-        w=("${base[@]:2*cycle:2}") x=("${delayed[@]:2*cycle:2}")
+        w=("${base[@]:2*cycle:2}") x=("${delay[@]:2*cycle:2}")
         echo "cycle $((cycle + 1)) mesh_median_rtt_s h1->h3 base $(median "$h3" "${w[@]}" | cut -d' ' -f1) delay $(median "$h3" "${x[@]}" | cut -d' ' -f1)" \
           "h1->h2 base $(median "$h2" "${w[@]}" | cut -d' ' -f1) delay $(median "$h2" "${x[@]}" | cut -d' ' -f1)"
       done
@@ -147,7 +148,7 @@ case $HOST_INDEX in
     awk -v a="$m2_base" -v b="$m2_delay" 'BEGIN { d = b - a; if (d < 0) d = -d; bound = 0.2 * a; if (bound < 0.001) bound = 0.001; exit !(d <= bound) }' ||
       fail "h1 -> h2 median moved from $m2_base to $m2_delay s with the delay on h3's port"
     log "ok: h1 -> h2 median $m2_base -> $m2_delay s"
-    mesh_expect_no_loss "${base[0]}" "${delayed[-1]}" "$h2" "$h3"
+    mesh_expect_no_loss "${base[0]}" "${delay[-1]}" "$h2" "$h3"
     ;;
   3)
     for run in 1 2 3 4; do
