@@ -9,6 +9,13 @@
 #
 #   bench/churn.sh
 #   BENCH_ROUNDS=5 BENCH_LIFECYCLES=1000 BENCH_RAMP_LIFECYCLES=2500 BENCH_HOLD=10000
+#   BENCH_BPF_REPS=3 BENCH_BPF_LIFECYCLES=1000
+#
+# The BPF program time alone (about 5 minutes; prints, writes no RESULTS.md):
+#   VM_CPUS=1 BENCH_ONLY=bpf tests/vm/run bench/churn
+# One vCPU: on two, the agent draining on one slows the other on this 2-core
+# host, and the guest's clock falls back to the HPET (TSCs unsynchronized),
+# which makes every bpf_ktime_get_ns() an emulated device read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Under TCG every figure scales with the host CPU the VM gets: say if another
@@ -40,7 +47,7 @@ kernel=$(sed -n 's/.*kernel \([^ ,)]*\).*/\1/p' "$res/summary.txt" | head -n1)
   echo "- Command: \`bench/churn.sh\` (guest side: \`tests/vm/bench/churn.sh\`; raw output in \`tests/vm/out/\`)."
   echo "- Workload: \`qp-churn\` (rdma-probe), RC QP pairs connected to each other over the device's own GID, plain verbs, no rdma_cm: one lifecycle = \`ibv_create_qp\`, \`ibv_modify_qp\` to INIT, RTR, RTS, \`ibv_destroy_qp\` (5 kernel calls, 5 events)."
   echo "- (a) nothing attached, (b) \`qpwatch\` with default flags, (c) \`bpftrace bench/qpwatch.bt\` (the same kprobe/kretprobe pairs and per-QP state kept in kernel maps), (d) \`bpftrace bench/hooks-only.bt\` (the same hooks with empty programs: the kernel's probe mechanism alone), (e) \`qpwatch\` attached but stopped with SIGSTOP during the churn, its ring holding the records (qpwatch's in-kernel cost without its userspace running beside the churn). Runs interleaved (a, b, e, c, d per round); each figure is the median over rounds of a run's p50."
-  echo "- BPF program time: one more churn each under (b), (c) and (d) with \`kernel.bpf_stats_enabled=1\`, summing bpftool's \`run_time_ns\` of every program that ran."
+  echo "- BPF program time: three more repetitions of (b), (c) and (d) in turn, each a 50-lifecycle warm-up (under TCG a new program's first calls include translating its JIT code) and then 1,000 lifecycles with \`kernel.bpf_stats_enabled=1\`, summing bpftool's \`run_time_ns\` of every program that ran; the median of the three."
   echo "- Absolute times are those of an emulated CPU (tens of times slower than hardware); the ratios are the figures to read."
   echo
   cat "$res/table.md"
