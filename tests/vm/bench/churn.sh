@@ -77,6 +77,36 @@ AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
+# BENCH_ONLY=scrape: /metrics and /healthz over one kept-alive connection,
+# each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN (a directory
+# holding another qpwatch build) the two builds in turn, for comparing them.
+if [ "${BENCH_ONLY:-}" = scrape ]; then
+  scrape_ms_kept() {
+    local i urls=()
+    for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
+    curl -fsS -w '%{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $1 * 1000 }'
+  }
+  bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
+  say "scrape benchmark ($(nproc) vCPUs): builds ${bins[*]}"
+  declare -A SCRAPES=()
+  for rep in $(seq 1 "${BENCH_SCRAPE_REPS:-3}"); do
+    for i in "${!bins[@]}"; do
+      : >"$OUT/agent.log"
+      BIN=${bins[$i]} start_agent
+      sleep 5
+      mapfile -t m < <(scrape_ms_kept 21)
+      mapfile -t h < <(scrape_ms_kept 11 /healthz)
+      SCRAPES[$i]="${SCRAPES[$i]:-} $(median "${m[@]}")"
+      say "repetition $rep, ${bins[$i]}: /metrics median $(median "${m[@]}") ms (min $(printf '%s\n' "${m[@]}" | sort -g | head -n1)), /healthz median $(median "${h[@]}") ms, $(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c) bytes"
+      stop_agent
+    done
+  done
+  for i in "${!bins[@]}"; do
+    # shellcheck disable=SC2086 # one figure a word
+    say "${bins[$i]}: /metrics medians${SCRAPES[$i]}; median of them $(median ${SCRAPES[$i]}) ms"
+  done
+  return 0
+fi
 BPF_ONLY=
 [ "${BENCH_ONLY:-}" = bpf ] && BPF_ONLY=1 ROUNDS=0
 say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds of (a) nothing, (b) qpwatch, (e) qpwatch with its agent stopped, (c) bpftrace qpwatch.bt, (d) bpftrace hooks-only.bt"
