@@ -77,15 +77,18 @@ AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
+# scrape_ms N [PATH]: N request times (ms) over one kept-alive connection, as
+# Prometheus scrapes; a first request that opens the connection is left out
+# (under TCG, curl's connect -- its resolver thread -- alone takes ~10 ms).
+scrape_ms() {
+  local i urls=()
+  for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
+  curl -fsS -w '%{num_connects} %{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $2 * 1000 }'
+}
 # BENCH_ONLY=scrape: /metrics and /healthz over one kept-alive connection,
 # each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN (a directory
 # holding another qpwatch build) the two builds in turn, for comparing them.
 if [ "${BENCH_ONLY:-}" = scrape ]; then
-  scrape_ms_kept() {
-    local i urls=()
-    for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
-    curl -fsS -w '%{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $1 * 1000 }'
-  }
   bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
   say "scrape benchmark ($(nproc) vCPUs): builds ${bins[*]}"
   declare -A SCRAPES=()
@@ -94,8 +97,8 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
       : >"$OUT/agent.log"
       BIN=${bins[$i]} start_agent
       sleep 5
-      mapfile -t m < <(scrape_ms_kept 21)
-      mapfile -t h < <(scrape_ms_kept 11 /healthz)
+      mapfile -t m < <(scrape_ms 21)
+      mapfile -t h < <(scrape_ms 11 /healthz)
       SCRAPES[$i]="${SCRAPES[$i]:-} $(median "${m[@]}")"
       say "repetition $rep, ${bins[$i]}: /metrics median $(median "${m[@]}") ms (min $(printf '%s\n' "${m[@]}" | sort -g | head -n1)), /healthz median $(median "${h[@]}") ms, $(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c) bytes"
       stop_agent
@@ -177,6 +180,11 @@ stats_churn() {
   sysctl -qw kernel.bpf_stats_enabled=1
   churn "$1" --lifecycles "$STATS_LC" --threads 1
 }
+# stats_cost NAME: bpf_cost NAME, then the statistics off again.
+stats_cost() {
+  bpf_cost "$1"
+  sysctl -qw kernel.bpf_stats_enabled=0
+}
 stats_b=() stats_c=() stats_d=() stats_ratio=()
 for rep in $(seq 1 "$STATS_REPS"); do
   : >"$OUT/agent.log"
@@ -184,8 +192,7 @@ for rep in $(seq 1 "$STATS_REPS"); do
   sleep 5 # the agent's start-up work (reconciling, trimming) done
   b=$(scrape "stats-b$rep-before")
   stats_churn "stats-b$rep"
-  bpf_b=$(bpf_cost "b$rep")
-  sysctl -qw kernel.bpf_stats_enabled=0
+  bpf_b=$(stats_cost "b$rep")
   collect_churn "stats-b$rep" "$b"
   [ "$LOST" -eq 0 ] || say "repetition $rep: the agent lost $LOST events"
   B_LOST=$((B_LOST + LOST))
@@ -193,13 +200,11 @@ for rep in $(seq 1 "$STATS_REPS"); do
   [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
   start_bpftrace "stats-c$rep" qpwatch.bt $OFFSETS
   stats_churn "stats-c$rep"
-  bpf_c=$(bpf_cost "c$rep")
-  sysctl -qw kernel.bpf_stats_enabled=0
+  bpf_c=$(stats_cost "c$rep")
   stop_bpftrace "stats-c$rep"
   start_bpftrace "stats-d$rep" hooks-only.bt
   stats_churn "stats-d$rep"
-  bpf_d=$(bpf_cost "d$rep")
-  sysctl -qw kernel.bpf_stats_enabled=0
+  bpf_d=$(stats_cost "d$rep")
   stop_bpftrace "stats-d$rep"
   stats_b+=("$(per_lc "$bpf_b")") stats_c+=("$(per_lc "$bpf_c")") stats_d+=("$(per_lc "$bpf_d")")
   stats_ratio+=("$(ratio "$bpf_b" "$bpf_c")")
@@ -208,7 +213,6 @@ for rep in $(seq 1 "$STATS_REPS"); do
     say "  $m: $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-$m$rep.txt")"
   done
 done
-sysctl -qw kernel.bpf_stats_enabled=0
 BPF_B=$(median "${stats_b[@]}") BPF_C=$(median "${stats_c[@]}") BPF_D=$(median "${stats_d[@]}")
 BPF_RATIO=$(median "${stats_ratio[@]}")
 say "BPF run time per lifecycle, median of $STATS_REPS: qpwatch $BPF_B us, bpftrace qpwatch.bt $BPF_C us, hooks-only $BPF_D us; qpwatch/bpftrace $BPF_RATIO (each: ${stats_ratio[*]})"
@@ -247,14 +251,6 @@ drain_rate=$(awk -v n="$drain_events" -v ns="$((t1 - t0))" 'BEGIN { printf "%d",
 drain_cpu=$(ticks_to_s $(($(cpu_ticks "$AGENT_PID") - c0)))
 say "drain: $drain_events buffered events received in $(((t1 - t0) / 1000000)) ms after SIGCONT ($drain_rate events/s, lower bound: polled by scrapes; agent CPU $drain_cpu s), lost $drain_lost"
 AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + 1000))
-# scrape_ms N [PATH]: N request times (ms) over one kept-alive connection, as
-# Prometheus scrapes; a first request that opens the connection is left out
-# (under TCG, curl's connect -- its resolver thread -- alone takes ~10 ms).
-scrape_ms() {
-  local i urls=()
-  for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
-  curl -fsS -w '%{num_connects} %{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $2 * 1000 }'
-}
 mapfile -t s0 < <(scrape_ms 11)
 scrape_idle=$(median "${s0[@]}")
 mapfile -t h0 < <(scrape_ms 11 /healthz)
