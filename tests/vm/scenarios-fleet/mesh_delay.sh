@@ -109,16 +109,16 @@ case $HOST_INDEX in
       lat_pairs+=("$lat_base $lat_delay $lat_base_min $lat_delay_min")
     done
     fleet_switch clear 3 >&2
-    median() { hist_quantile_windows 0.5 "$1" qpwatch_mesh_probe_rtt_seconds "${@:2}"; }
-    read -r m3_base n3_base <<<"$(median "$h3" "${base[@]}")"
-    read -r m3_delay n3_delay <<<"$(median "$h3" "${delay[@]}")"
-    read -r m2_base n2_base <<<"$(median "$h2" "${base[@]}")"
-    read -r m2_delay n2_delay <<<"$(median "$h2" "${delay[@]}")"
+    rtt_median() { hist_quantile_windows 0.5 "$1" qpwatch_mesh_probe_rtt_seconds "${@:2}"; }
+    read -r m3_base n3_base <<<"$(rtt_median "$h3" "${base[@]}")"
+    read -r m3_delay n3_delay <<<"$(rtt_median "$h3" "${delay[@]}")"
+    read -r m2_base n2_base <<<"$(rtt_median "$h2" "${base[@]}")"
+    read -r m2_delay n2_delay <<<"$(rtt_median "$h2" "${delay[@]}")"
     {
       for ((cycle = 0; cycle < CYCLES; cycle++)); do
         w=("${base[@]:2*cycle:2}") x=("${delay[@]:2*cycle:2}")
-        echo "cycle $((cycle + 1)) mesh_median_rtt_s h1->h3 base $(median "$h3" "${w[@]}" | cut -d' ' -f1) delay $(median "$h3" "${x[@]}" | cut -d' ' -f1)" \
-          "h1->h2 base $(median "$h2" "${w[@]}" | cut -d' ' -f1) delay $(median "$h2" "${x[@]}" | cut -d' ' -f1)"
+        echo "cycle $((cycle + 1)) mesh_median_rtt_s h1->h3 base $(rtt_median "$h3" "${w[@]}" | cut -d' ' -f1) delay $(rtt_median "$h3" "${x[@]}" | cut -d' ' -f1)" \
+          "h1->h2 base $(rtt_median "$h2" "${w[@]}" | cut -d' ' -f1) delay $(rtt_median "$h2" "${x[@]}" | cut -d' ' -f1)"
       done
       echo "mesh_median_rtt_s h1->h3 base $m3_base ($n3_base probes) delay $m3_delay ($n3_delay probes)"
       echo "ping_median_rtt_s h1->h3 base $p_base ($np_base replies) delay $p_delay ($np_delay replies)"
