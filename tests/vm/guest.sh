@@ -39,6 +39,8 @@ if ! setup_rxe >"$OUT_ROOT/setup.log" 2>&1; then
   exit 1
 fi
 mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+# a task stuck in the kernel gets its stack logged, for report_stuck to show
+sysctl -qw kernel.hung_task_timeout_secs=60 2>/dev/null || true
 mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
 
 for scenario in "$@"; do

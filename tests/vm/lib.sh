@@ -85,9 +85,22 @@ stop_child() {
   [ "$EXIT_RC" -eq 0 ] || fail "$2 exited with $EXIT_RC on SIGTERM"
 }
 
-# kill_wait PID...: SIGKILL to children, and reaps them.
+# kill_wait PID...: SIGKILL to children, and reaps them; fails, with where
+# in the kernel it waits, if one is still not dead 30 s later (a task stuck
+# in the kernel would otherwise hang the scenario until its time limit).
 kill_wait() {
   kill -9 "$@" 2>/dev/null || true
+  local pid deadline=$((SECONDS + 30))
+  for pid in "$@"; do
+    while [ -e "/proc/$pid" ] && [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]; do
+      if [ $SECONDS -ge $deadline ]; then
+        log "pid $pid alive 30 s after SIGKILL: $(ps -o stat=,wchan:32=,args= -p "$pid" 2>/dev/null | cut -c1-100)"
+        sed 's/^/  /' "/proc/$pid/stack" 2>/dev/null | head -n 20 >&2
+        fail "a process did not die on SIGKILL: stuck in the kernel"
+      fi
+      sleep 0.2
+    done
+  done
   wait "$@" 2>/dev/null || true
 }
 

@@ -24,11 +24,28 @@ run_scenario() {
   rc=$?
   if pgrep -g "$group" >/dev/null 2>&1; then
     echo "runner: killing what the scenario left running: $(pgrep -g "$group" -l | tr '\n' ' ')" >>"$out/log"
+    [ $rc -eq 124 ] && report_stuck "$group" "$start" >>"$out/log"
     kill -KILL -- "-$group" 2>/dev/null
+    sleep 1
+    pgrep -g "$group" >/dev/null 2>&1 && report_stuck "$group" "$start" >>"$out/log"
   fi
   SCENARIO_SECS=$(($(date +%s) - start))
   SCENARIO_STATUS=FAIL
   [ $rc -eq 0 ] && SCENARIO_STATUS=PASS
   [ $rc -eq 124 ] && SCENARIO_STATUS=TIMEOUT
   return 0
+}
+
+# report_stuck GROUP START_EPOCH: where the group's processes wait in the
+# kernel, and what the kernel logged since START_EPOCH (hung tasks, oopses):
+# a scenario that times out says why, in the lines CI shows.
+report_stuck() {
+  local group=$1 since=$2 pid
+  for pid in $(pgrep -g "$group"); do
+    echo "runner: pid $pid $(ps -o stat=,wchan:32=,args= -p "$pid" 2>/dev/null | cut -c1-120)"
+    sed 's/^/runner:   /' "/proc/$pid/stack" 2>/dev/null | head -n 20
+  done
+  echo "runner: kernel log since the scenario began:"
+  dmesg --since "@$since" 2>/dev/null | tail -n 40 | sed 's/^/runner:   /' ||
+    dmesg | tail -n 40 | sed 's/^/runner:   /'
 }
