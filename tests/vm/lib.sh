@@ -324,8 +324,9 @@ rping_once() {
   wait "$server" || fail "rping server failed"
 }
 
-# start_rping_connection: an rping server and a client that pings until it is
-# killed; returns once both QPs are in RTS. Their PIDs are in $RPING_PIDS.
+# start_rping_connection: an rping server and a client, connected and then
+# stopped (SIGSTOP) until they are killed; returns once both QPs are in RTS.
+# Their PIDs are in $RPING_PIDS.
 start_rping_connection() {
   rping -s -a "$RXE_ADDR" >>"$OUT/rping-server.log" 2>&1 &
   RPING_PIDS=$!
@@ -333,6 +334,12 @@ start_rping_connection() {
   rping -c -a "$RXE_ADDR" >>"$OUT/rping-client.log" 2>&1 &
   RPING_PIDS="$RPING_PIDS $!"
   wait_until 30 res_count_is qp -ge 2 '.comm == "rping" and .state == "RTS"' || fail "rping not connected"
+  # Connected, then idle: attaching or detaching a kprobe on rxe_cq_post while
+  # it runs on another vCPU crashes this TCG guest (a NULL RIP at its entry,
+  # from do_complete) or never returns; bpftrace does the same
+  # (tests/vm/repro/kprobe_race.sh). The QPs and CM ids stay up.
+  # shellcheck disable=SC2086 # two PIDs
+  kill -STOP $RPING_PIDS
 }
 
 # kill_rping_connection: SIGKILL to both ends of start_rping_connection;
