@@ -3,9 +3,11 @@
 # and the sigterm scenario stay clear of. An rping connection pings flat out
 # (rxe_cq_post runs for every completion) while a kprobe on rxe_cq_post is
 # attached and detached REPRO_N times (40) by REPRO_TOOL: bpftrace (default),
-# or qpwatch (start_agent/stop_agent; REPRO_TOOL=qpwatch). On Debian's 6.1.192 under QEMU 7.2 TCG:
+# or the agent (start_agent/stop_agent; REPRO_TOOL=qpwatch). On Debian's
+# 6.1.192 under QEMU 7.2 TCG:
 # with 2 vCPUs, the first bpftrace attach oopsed rping in do_complete ->
-# rxe_cq_post with RIP 0; with 1 vCPU, the 14th bpftrace detach never returned.
+# rxe_cq_post with RIP 0; with 1 vCPU, the 14th bpftrace run never exited
+# after SIGINT.
 #   VM_CPUS=2 REPRO_TOOL=bpftrace tests/vm/run repro/kprobe_race
 # Watch tests/vm/out/*/console.log (vng --verbose) for the kernel's report.
 start_rping_connection
