@@ -56,10 +56,7 @@ if ! in_lib "$OUT_ROOT/$H" "$OUT_ROOT" 'fleet_barrier up "${FLEET_BOOT_TIMEOUT:-
 fi
 printf 'setup\tPASS\t%s\n' "$(($(date +%s) - start))" >>"$RESULTS"
 echo "fleet $H: all $FLEET_HOSTS hosts up after $(cut -d' ' -f1 /proc/uptime) s of uptime"
-mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
-# a task stuck in the kernel gets its stack logged, for report_stuck to show
-sysctl -qw kernel.hung_task_timeout_secs=60 2>/dev/null || true
-mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+guest_debug_setup
 
 for scenario in "$@"; do
   case $scenario in

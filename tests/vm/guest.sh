@@ -38,10 +38,7 @@ if ! setup_rxe >"$OUT_ROOT/setup.log" 2>&1; then
   printf 'setup\tFAIL\t0\n' >>"$RESULTS"
   exit 1
 fi
-mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
-# a task stuck in the kernel gets its stack logged, for report_stuck to show
-sysctl -qw kernel.hung_task_timeout_secs=60 2>/dev/null || true
-mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+guest_debug_setup
 
 for scenario in "$@"; do
   # "name" is tests/vm/scenarios/name.sh; "dir/name" is tests/vm/dir/name.sh

@@ -94,9 +94,8 @@ kill_wait() {
   for pid in "$@"; do
     while [ -e "/proc/$pid" ] && [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]; do
       if [ $SECONDS -ge $deadline ]; then
-        log "pid $pid alive 30 s after SIGKILL: $(ps -o stat=,wchan:32=,args= -p "$pid" 2>/dev/null | cut -c1-100)"
-        sed 's/^/  /' "/proc/$pid/stack" 2>/dev/null | head -n 20 >&2
-        fail "a process did not die on SIGKILL: stuck in the kernel"
+        where_stuck "$pid" >&2
+        fail "pid $pid alive 30 s after SIGKILL: stuck in the kernel"
       fi
       sleep 0.2
     done
@@ -362,6 +361,8 @@ start_rping_traffic() {
   on_exit "kill $RPING_TRAFFIC"
 }
 
+# shellcheck source=lib/runner.sh
+source "${BASH_SOURCE[0]%/*}/lib/runner.sh"
 # shellcheck source=lib/probe.sh
 source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
 # shellcheck source=lib/load.sh

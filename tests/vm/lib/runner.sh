@@ -24,10 +24,12 @@ run_scenario() {
   rc=$?
   if pgrep -g "$group" >/dev/null 2>&1; then
     echo "runner: killing what the scenario left running: $(pgrep -g "$group" -l | tr '\n' ' ')" >>"$out/log"
-    [ $rc -eq 124 ] && report_stuck "$group" "$start" >>"$out/log"
     kill -KILL -- "-$group" 2>/dev/null
     sleep 1
-    pgrep -g "$group" >/dev/null 2>&1 && report_stuck "$group" "$start" >>"$out/log"
+  fi
+  # what survived SIGKILL waits in the kernel: report_stuck shows where
+  if [ $rc -eq 124 ] || pgrep -g "$group" >/dev/null 2>&1; then
+    report_stuck "$group" "$start" >>"$out/log"
   fi
   SCENARIO_SECS=$(($(date +%s) - start))
   SCENARIO_STATUS=FAIL
@@ -36,16 +38,30 @@ run_scenario() {
   return 0
 }
 
-# report_stuck GROUP START_EPOCH: where the group's processes wait in the
-# kernel, and what the kernel logged since START_EPOCH (hung tasks, oopses):
-# a scenario that times out says why, in the lines CI shows.
+# report_stuck GROUP START_EPOCH: where the group's processes that outlived
+# SIGKILL wait in the kernel, and what the kernel logged since START_EPOCH
+# (hung tasks, oopses): a scenario that times out says why, in the lines CI
+# shows.
 report_stuck() {
   local group=$1 since=$2 pid
   for pid in $(pgrep -g "$group"); do
-    echo "runner: pid $pid $(ps -o stat=,wchan:32=,args= -p "$pid" 2>/dev/null | cut -c1-120)"
-    sed 's/^/runner:   /' "/proc/$pid/stack" 2>/dev/null | head -n 20
+    where_stuck "$pid" | sed 's/^/runner: /'
   done
   echo "runner: kernel log since the scenario began:"
-  dmesg --since "@$since" 2>/dev/null | tail -n 40 | sed 's/^/runner:   /' ||
-    dmesg | tail -n 40 | sed 's/^/runner:   /'
+  dmesg --since "$(date -d "@$since" "+%F %T")" | tail -n 40 | sed 's/^/runner:   /'
+}
+
+# where_stuck PID: the process's state, wait channel and command line, then
+# its kernel stack.
+where_stuck() {
+  echo "pid $1 $(ps -o stat=,wchan:32=,args= -p "$1" 2>/dev/null | cut -c1-120)"
+  sed 's/^/  /' "/proc/$1/stack" 2>/dev/null | head -n 20
+}
+
+# guest_debug_setup: tracefs and debugfs mounted, and a task blocked in the
+# kernel for 60 s logged with its stack (for report_stuck to show).
+guest_debug_setup() {
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+  sysctl -qw kernel.hung_task_timeout_secs=60 2>/dev/null || true
+  mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
 }
