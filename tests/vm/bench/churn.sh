@@ -101,6 +101,14 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
       mapfile -t h < <(scrape_ms 11 /healthz)
       SCRAPES[$i]="${SCRAPES[$i]:-} $(median "${m[@]}")"
       say "repetition $rep, ${bins[$i]}: /metrics median $(median "${m[@]}") ms (min $(printf '%s\n' "${m[@]}" | sort -g | head -n1)), /healthz median $(median "${h[@]}") ms, $(curl -fsS "http://$AGENT_ADDR/metrics" | wc -c) bytes"
+      # the agent's system calls over 20 more scrapes (not timed: strace
+      # slows every call), a figure other work on the machine cannot move
+      strace -f -c -qq -o "$OUT/strace.txt" -p "$AGENT_PID" &
+      strace_pid=$!
+      sleep 2
+      scrape_ms 19 >/dev/null
+      kill -INT "$strace_pid" && wait "$strace_pid" || true
+      say "repetition $rep, ${bins[$i]}: system calls per scrape $(awk '$NF == "total" { printf "%.1f", $4 / 20 }' "$OUT/strace.txt") ($(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / 20 }' "$OUT/strace.txt" | sed 's/, $//'))"
       stop_agent
     done
   done
