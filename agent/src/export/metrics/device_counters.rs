@@ -11,17 +11,14 @@
 //! summed as `device="other"`. Counter names come from the driver's fixed
 //! table, so they are bounded without a cap of ours.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, labelled_devices, read_u64, sanitize};
+use super::sysfs::{counter_family, entries, sanitize, CounterFiles};
 
 pub const PORT_IB_STATS: &str = "qpwatch_port_ib_stats_total";
 const PORT_IB_STATS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
@@ -50,21 +47,24 @@ pub struct Reading {
     pub value: u64,
 }
 
-type Key = (&'static str, String, Option<String>, String);
+/// (metric, port, counter)
+type Key = (&'static str, Option<String>, String);
 
 /// Reads every device's counters under `dir` (normally
 /// [`super::ib_cm::SYSFS_DIR`]).
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    let mut sums: BTreeMap<Key, u64> = BTreeMap::new();
-    for (label, counters) in labelled_devices(dir, max_devices, device_counters) {
-        for (metric, port, counter, value) in counters {
-            *sums
-                .entry((metric, label.clone(), port, counter))
-                .or_default() += value;
-        }
-    }
-    sums.into_iter()
-        .map(|((metric, device, port, counter), value)| Reading {
+    readings(&counter_files(dir, max_devices))
+}
+
+fn counter_files(dir: &Path, max_devices: usize) -> CounterFiles<Key> {
+    CounterFiles::new(dir, max_devices, device_counters, watched)
+}
+
+fn readings(files: &CounterFiles<Key>) -> Vec<Reading> {
+    files
+        .read()
+        .into_iter()
+        .map(|(device, (metric, port, counter), value)| Reading {
             metric,
             device,
             port,
@@ -74,16 +74,25 @@ pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
         .collect()
 }
 
-/// (metric, port, counter, value) of every counter of one device.
-fn device_counters(device: &Path) -> Vec<(&'static str, Option<String>, String, u64)> {
+/// The directories whose listing changes when the device's counters do.
+fn watched(device: &Path) -> Vec<PathBuf> {
+    let ports = device.join("ports");
+    let mut dirs = vec![device.join("hw_counters"), ports.clone()];
+    for port in entries(&ports) {
+        let port_dir = ports.join(port);
+        dirs.push(port_dir.join("counters"));
+        dirs.push(port_dir.join("hw_counters"));
+    }
+    dirs
+}
+
+/// Every counter file of one device, with its key.
+fn device_counters(device: &Path) -> Vec<(Key, PathBuf)> {
     let mut counters = Vec::new();
     let mut group = |dir: &Path, metric: &'static str, port: Option<&String>| {
         for name in entries(dir) {
-            if name == LIFESPAN {
-                continue;
-            }
-            if let Some(value) = read_u64(&dir.join(&name)) {
-                counters.push((metric, port.cloned(), sanitize(&name), value));
+            if name != LIFESPAN {
+                counters.push(((metric, port.cloned(), sanitize(&name)), dir.join(&name)));
             }
         }
     };
@@ -99,8 +108,7 @@ fn device_counters(device: &Path) -> Vec<(&'static str, Option<String>, String, 
 
 /// A collector that reads the counters when the registry is gathered.
 pub struct DeviceCounters {
-    dir: PathBuf,
-    max_devices: usize,
+    files: CounterFiles<Key>,
     descs: [Desc; 3],
 }
 
@@ -122,8 +130,7 @@ impl DeviceCounters {
                 .expect("valid metric")
         };
         Self {
-            dir: dir.into(),
-            max_devices,
+            files: counter_files(&dir.into(), max_devices),
             descs: FAMILIES.map(desc),
         }
     }
@@ -135,7 +142,7 @@ impl Collector for DeviceCounters {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let readings = read(&self.dir, self.max_devices);
+        let readings = readings(&self.files);
         FAMILIES
             .into_iter()
             .filter_map(|(name, help)| {
@@ -304,5 +311,36 @@ mod tests {
         );
         fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
         assert!(!crate::export::metrics::render(&registry).contains(PORT_HW_STATS));
+    }
+
+    #[test]
+    fn kept_open_files_show_new_values_and_new_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let rxe0 = dir.path().join("rxe0/ports/1/hw_counters");
+        counters(&rxe0, &[("sent_pkts", "12")]);
+        let collector = DeviceCounters::new(dir.path(), 64);
+        let value = |device: &str| {
+            find(
+                &readings(&collector.files),
+                PORT_HW_STATS,
+                device,
+                Some("1"),
+                "sent_pkts",
+            )
+        };
+        assert_eq!(value("rxe0"), Some(12));
+        counters(&rxe0, &[("sent_pkts", "13")]);
+        assert_eq!(value("rxe0"), Some(13), "read again in place");
+        counters(&rxe0, &[("rcvd_pkts", "4")]);
+        let names: Vec<_> = readings(&collector.files)
+            .into_iter()
+            .map(|r| r.counter)
+            .collect();
+        assert_eq!(names, ["rcvd_pkts", "sent_pkts"], "a new counter file");
+        counters(
+            &dir.path().join("rxe1/ports/1/hw_counters"),
+            &[("sent_pkts", "5")],
+        );
+        assert_eq!(value("rxe1"), Some(5), "a new device");
     }
 }

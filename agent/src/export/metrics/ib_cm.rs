@@ -7,17 +7,14 @@
 //!
 //! The daemon registers it with [`super::Metrics::register_sysfs_counters`].
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, labelled_devices, read_u64, sanitize};
+use super::sysfs::{counter_family, entries, sanitize, CounterFiles};
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
 
@@ -54,18 +51,22 @@ pub struct Reading {
 /// the device), those beyond the first `max_devices` in name order are
 /// summed as `device="other"`.
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    let mut sums: BTreeMap<(&'static str, String, String, &'static str, String), u64> =
-        BTreeMap::new();
-    for (label, counters) in labelled_devices(dir, max_devices, device_counters) {
-        for (metric, port, direction, message, value) in counters {
-            *sums
-                .entry((metric, label.clone(), port, direction, message))
-                .or_default() += value;
-        }
-    }
-    sums.into_iter()
+    readings(&counter_files(dir, max_devices))
+}
+
+/// (metric, port, direction, message)
+type Key = (&'static str, String, &'static str, String);
+
+fn counter_files(dir: &Path, max_devices: usize) -> CounterFiles<Key> {
+    CounterFiles::new(dir, max_devices, device_counters, watched)
+}
+
+fn readings(files: &CounterFiles<Key>) -> Vec<Reading> {
+    files
+        .read()
+        .into_iter()
         .map(
-            |((metric, device, port, direction, message), value)| Reading {
+            |(device, (metric, port, direction, message), value)| Reading {
                 metric,
                 device,
                 port,
@@ -77,17 +78,29 @@ pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
         .collect()
 }
 
-/// (metric, port, direction, message, value) of every counter of one device.
-fn device_counters(device: &Path) -> Vec<(&'static str, String, &'static str, String, u64)> {
+/// The directories whose listing changes when the device's counters do
+/// (ib_cm adds its groups to every port when it loads).
+fn watched(device: &Path) -> Vec<PathBuf> {
+    let ports = device.join("ports");
+    let mut dirs = vec![ports.clone()];
+    for port in entries(&ports) {
+        dirs.extend(GROUPS.map(|(group, _, _)| ports.join(&port).join(group)));
+    }
+    dirs
+}
+
+/// Every counter file of one device, with its key.
+fn device_counters(device: &Path) -> Vec<(Key, PathBuf)> {
     let ports = device.join("ports");
     let mut counters = Vec::new();
     for port in entries(&ports) {
         for (group, metric, direction) in GROUPS {
             let group_dir = ports.join(&port).join(group);
             for message in entries(&group_dir) {
-                if let Some(value) = read_u64(&group_dir.join(&message)) {
-                    counters.push((metric, port.clone(), direction, sanitize(&message), value));
-                }
+                counters.push((
+                    (metric, port.clone(), direction, sanitize(&message)),
+                    group_dir.join(&message),
+                ));
             }
         }
     }
@@ -96,8 +109,7 @@ fn device_counters(device: &Path) -> Vec<(&'static str, String, &'static str, St
 
 /// A collector that reads the counters when the registry is gathered.
 pub struct IbCmCounters {
-    dir: PathBuf,
-    max_devices: usize,
+    files: CounterFiles<Key>,
     descs: [Desc; 2],
 }
 
@@ -114,8 +126,7 @@ impl IbCmCounters {
             .expect("valid metric")
         };
         Self {
-            dir: dir.into(),
-            max_devices,
+            files: counter_files(&dir.into(), max_devices),
             descs: [desc(MESSAGES, MESSAGES_HELP), desc(REPEATED, REPEATED_HELP)],
         }
     }
@@ -127,7 +138,7 @@ impl Collector for IbCmCounters {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let readings = read(&self.dir, self.max_devices);
+        let readings = readings(&self.files);
         [(MESSAGES, MESSAGES_HELP), (REPEATED, REPEATED_HELP)]
             .into_iter()
             .filter_map(|(name, help)| {
