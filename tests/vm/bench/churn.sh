@@ -88,14 +88,23 @@ scrape_ms() {
 # BENCH_ONLY=scrape: /metrics and /healthz over one kept-alive connection,
 # each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN (a directory
 # holding another qpwatch build) the two builds in turn, for comparing them.
+# BENCH_SCRAPE_HOLD=N: with N more QPs held open by qp-churn meanwhile (each
+# agent adopts them at start-up, from RDMA netlink).
 if [ "${BENCH_ONLY:-}" = scrape ]; then
   bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
   say "scrape benchmark ($(nproc) vCPUs): builds ${bins[*]}"
+  held=${BENCH_SCRAPE_HOLD:-0}
+  if [ "$held" -gt 0 ]; then
+    start_churn hold --hold "$held" --lifecycles 0 --threads 2
+    wait_phase hold held 900 || fail "qp-churn did not hold $held QPs"
+    say "qp-churn holds $held QPs"
+  fi
   declare -A SCRAPES=()
   for rep in $(seq 1 "${BENCH_SCRAPE_REPS:-3}"); do
     for i in "${!bins[@]}"; do
       : >"$OUT/agent.log"
       BIN=${bins[$i]} start_agent
+      [ "$held" -eq 0 ] || wait_for_metric_at_least qpwatch_qps "$held" 120 || fail "agent does not show $held live QPs"
       sleep 5
       mapfile -t m < <(scrape_ms 21)
       mapfile -t h < <(scrape_ms 11 /healthz)
@@ -116,6 +125,7 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
     # shellcheck disable=SC2086 # one figure a word
     say "${bins[$i]}: /metrics medians${SCRAPES[$i]}; median of them $(median ${SCRAPES[$i]}) ms"
   done
+  [ "$held" -eq 0 ] || stop_churn
   return 0
 fi
 BPF_ONLY=
