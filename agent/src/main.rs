@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use qpwatch::{
+    export::http::web_config,
     service::config::{self, Cli, Command, RunArgs},
     service::daemon::{self, Mode},
 };
@@ -44,6 +45,15 @@ fn main() -> ExitCode {
             qpwatch::service::manual::write_completions(shell, &mut std::io::stdout());
             ExitCode::SUCCESS
         }
+        Some(Command::HashPassword { cost }) => {
+            match qpwatch::service::password::hash_password(cost) {
+                Ok(hash) => {
+                    println!("{hash}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(&error),
+            }
+        }
         Some(Command::Manpages { dir }) => match qpwatch::service::manual::write_manpages(&dir) {
             Ok(written) => {
                 written.iter().for_each(|p| println!("{}", p.display()));
@@ -69,6 +79,16 @@ fn check_config(path: &std::path::Path) -> ExitCode {
     };
     match config::parse_file(path, &text) {
         Ok(settings) => {
+            let web = match web_config::load(settings.web_config_file.as_deref()) {
+                Ok(web) => match &settings.web_config_file {
+                    Some(file) => format!(", web config {}: {}", file.display(), web.summary()),
+                    None => String::new(),
+                },
+                Err(error) => {
+                    eprintln!("qpwatch: {error}");
+                    return ExitCode::from(BAD_CONFIG);
+                }
+            };
             let fleet = match &settings.mesh {
                 None => String::new(),
                 Some(mesh) => format!(
@@ -80,7 +100,7 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 ),
             };
             println!(
-                "{}: ok ({} probe targets, responder {}{fleet})",
+                "{}: ok ({} probe targets, responder {}{fleet}{web})",
                 path.display(),
                 settings.targets.len(),
                 settings
@@ -104,6 +124,16 @@ fn serve(args: RunArgs, mode: Mode) -> ExitCode {
             return ExitCode::from(BAD_CONFIG);
         }
     };
+    let web = match mode {
+        Mode::Serve => match web_config::load(settings.web_config_file.as_deref()) {
+            Ok(web) => web,
+            Err(error) => {
+                eprintln!("qpwatch: {error}");
+                return ExitCode::from(BAD_CONFIG);
+            }
+        },
+        Mode::Events => web_config::WebConfig::default(),
+    };
     if let Err(error) = qpwatch::service::logging::init(&settings.log_level, settings.log_format) {
         return fail(&error);
     }
@@ -117,7 +147,7 @@ fn serve(args: RunArgs, mode: Mode) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&error.into()),
     };
-    match runtime.block_on(daemon::run(settings, args, mode)) {
+    match runtime.block_on(daemon::run(settings, web, args, mode)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");

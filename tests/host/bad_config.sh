@@ -66,6 +66,25 @@ file_case "mesh: rtt_breakdown not a boolean" "qpwatch.toml:2:17: mesh.rtt_break
 file_case "mesh: unknown key" "qpwatch.toml:2:1: mesh.interval: unknown field" '[mesh]\ninterval = 1'
 file_case "ud target without [mesh]" "qpwatch.toml:4:8: targets[0].mode: \"ud\" targets are probed by the mesh" '[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"'
 file_case "ud target with an RC key" "qpwatch.toml:6:9: targets[0].pings: not used by mode = \"ud\"" '[mesh]\n[[targets]]\nname = "a"\naddress = "198.18.0.1"\nmode = "ud"\npings = 3'
+file_case "http: zero max connections" "qpwatch.toml:2:19: http.max_connections: 0 is not between 1 and 65536" '[http]\nmax_connections = 0'
+file_case "http: header buffer below hyper's" "qpwatch.toml:2:20: http.max_header_bytes: 4096 is not between 8192 and 1048576" '[http]\nmax_header_bytes = 4096'
+file_case "http: unknown key" "qpwatch.toml:2:1: http.timeout: unknown field" '[http]\ntimeout = 1'
+file_case "empty web config path" "qpwatch.toml:1:19: web_config_file: must not be empty" 'web_config_file = ""'
+web_case() { # KIND EXPECTED YAML: the web configuration file, by flag and by key
+  local web=$dir/web.yml
+  printf '%b\n' "$3" >"$web"
+  check "web config: $1" "$2" "$(printf '%b' "$3" | tr '\n' ';' | sed 's/|/\\|/g')" -- "$BIN" run --config /dev/null --web-config-file "$web"
+  printf 'web_config_file = "%s"\n' "$web" >"$dir/with-web.toml"
+  check "web config: $1 (check-config)" "$2" "check-config, web_config_file = web.yml" -- "$BIN" check-config "$dir/with-web.toml"
+}
+web_case "TLS 1.0" "web.yml: tls_server_config.min_version: TLS10 is not supported" 'tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  min_version: TLS10'
+web_case "unknown key" "web.yml: tls_server_config.certfile: unknown field" 'tls_server_config:\n  certfile: a.crt'
+web_case "missing certificate file" "web.yml: tls_server_config.cert_file: cannot read" 'tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key'
+web_case "unverified client certificates" "web.yml: tls_server_config.client_auth_type: RequireAnyClientCert is not supported" 'tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  client_auth_type: RequireAnyClientCert'
+web_case "plain-text password" "web.yml: basic_auth_users.prometheus: not a bcrypt hash" 'basic_auth_users:\n  prometheus: secret'
+web_case "YAML syntax" "web.yml: (syntax):" 'basic_auth_users: [a'
+web_case "rate_limit" "web.yml: rate_limit: not supported by qpwatch" 'rate_limit:\n  interval: 1s'
+check "missing web config file" "/nonexistent/web.yml: (file): cannot read" "--web-config-file /nonexistent/web.yml" -- "$BIN" run --config /dev/null --web-config-file /nonexistent/web.yml
 check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
 # an endless file: read up to a bound, not forever (timeout: the unbounded read never ends)
 check "endless file" "/dev/zero: (file): larger than 1024 KiB" "check-config /dev/zero" -- timeout 20 "$BIN" check-config /dev/zero
@@ -85,6 +104,8 @@ flag_case "flag: mesh interval too short" "--mesh-interval: 0.001 is not a numbe
 flag_case "flag: too many discovered targets" "--mesh-discover-max-targets: 100001 is not between 1 and 100000" --mesh-discover-max-targets 100001
 flag_case "flag: duplicate target label" "--mesh-target-label: \"rack\" is named twice" --mesh-target-label rack --mesh-target-label rack
 flag_case "flag: targets file extension" "--mesh-targets-file: \"targets.csv\"" --mesh-targets-file targets.csv
+flag_case "flag: zero idle timeout" "--http-idle-timeout: 0 is not a number of seconds between 0.1 and 86400" --http-idle-timeout 0
+flag_case "flag: per-source cap not a number" "--http-max-connections-per-source" --http-max-connections-per-source many
 flag_case "flag: rtt breakdown not a boolean" "--mesh-rtt-breakdown" --mesh-rtt-breakdown yes
 echo
 for spelling in "check-config packaging/qpwatch.toml" "check-config --config packaging/qpwatch.toml"; do

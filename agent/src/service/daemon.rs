@@ -19,7 +19,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    export::http::{self, HttpState},
+    export::http::{self, web_config::WebConfig, HttpState, WebConfigHandle},
     export::jsonl::JsonLines,
     export::metrics::{ib_cm, Metrics},
     kernel::cgroup::CgroupPaths,
@@ -91,7 +91,12 @@ fn enable_bpf_stats(settings: &Settings) -> Option<OwnedFd> {
     }
 }
 
-pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Result<()> {
+pub async fn run(
+    settings: Settings,
+    web: WebConfig,
+    args: RunArgs,
+    mode: Mode,
+) -> anyhow::Result<()> {
     bump_memlock_rlimit();
     disable_transparent_hugepages();
     let notifier = Notifier::from_env();
@@ -148,6 +153,7 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = None;
+    let web_config = WebConfigHandle::default();
     let state = if mode == Mode::Serve {
         let counters = tracer.counters();
         let scrape_metrics = metrics.clone();
@@ -162,14 +168,20 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                 scrape_prober.lock().expect("not poisoned").refresh();
             }),
         );
+        web_config.replace(web);
+        let web = web_config.current();
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        info!(listen = %settings.listen, "serving /metrics");
+        info!(listen = %settings.listen, web = %web.summary(), "serving /metrics");
+        warn_clear_text_passwords(&web);
         let mut http_stop = stop_rx.clone();
         server = Some(tokio::spawn(http::serve(
             listener,
-            Arc::clone(&state),
+            http::router(Arc::clone(&state)),
+            web_config.clone(),
+            settings.http,
+            metrics.http.clone(),
             async move {
                 let _ = http_stop.changed().await;
             },
@@ -209,6 +221,9 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
                     }
                     // A bad file on reload keeps the running settings.
                     Err(error) => warn!(%error, "SIGHUP: configuration not reloaded"),
+                }
+                if mode == Mode::Serve {
+                    reload_web_config(&web_config, &settings, &metrics);
                 }
                 notifier.notify("READY=1");
             }
@@ -268,6 +283,30 @@ pub async fn run(settings: Settings, args: RunArgs, mode: Mode) -> anyhow::Resul
     tracer.shutdown().await;
     info!("bye");
     result
+}
+
+/// SIGHUP: the web configuration file is read again (certificates renewed,
+/// users changed) and applies to new connections; a file that does not
+/// validate keeps the one in force.
+fn reload_web_config(web: &WebConfigHandle, settings: &Settings, metrics: &Metrics) {
+    match http::web_config::load(settings.web_config_file.as_deref()) {
+        Ok(new) => {
+            info!(web = %new.summary(), "SIGHUP: web configuration reloaded");
+            warn_clear_text_passwords(&new);
+            web.replace(new);
+            metrics.http.web_config_reload(true);
+        }
+        Err(error) => {
+            warn!(%error, "SIGHUP: web configuration not reloaded, the previous one stays");
+            metrics.http.web_config_reload(false);
+        }
+    }
+}
+
+fn warn_clear_text_passwords(web: &WebConfig) {
+    if web.basic_auth.is_some() && web.tls.is_none() {
+        warn!("basic auth without TLS: passwords cross the network in clear text");
+    }
 }
 
 /// `ib_core` is loaded (or built in): its device class exists.
@@ -367,6 +406,7 @@ async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
 fn reload(old: &Settings, new: &Settings) {
     let restart_keys: Vec<&str> = [
         ("listen", old.listen != new.listen),
+        ("http", old.http != new.http),
         (
             "hooks",
             old.groups != new.groups || old.ring_buffer_bytes != new.ring_buffer_bytes,

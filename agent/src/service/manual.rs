@@ -67,6 +67,7 @@ mod tests {
                 "qpwatch-check-config.8",
                 "qpwatch-completions.8",
                 "qpwatch-events.8",
+                "qpwatch-hash-password.8",
                 "qpwatch-install.8",
                 "qpwatch-manpages.8",
                 "qpwatch-probe.8",

@@ -8,5 +8,6 @@ pub mod install;
 pub mod local_addrs;
 pub mod logging;
 pub mod manual;
+pub mod password;
 pub mod systemd;
 pub mod targets_file;

@@ -16,6 +16,7 @@ pub mod cm;
 pub mod device_counters;
 pub mod events;
 pub mod hooks;
+pub mod http;
 pub mod ib_cm;
 pub mod limits;
 pub mod mesh;
@@ -56,6 +57,7 @@ pub struct Metrics {
     pub responder: responder::ResponderMetrics,
     pub mesh: mesh::MeshMetrics,
     pub peers: peers::PeerMetrics,
+    pub http: http::HttpMetrics,
 }
 
 impl Metrics {
@@ -84,6 +86,7 @@ impl Metrics {
         let responder = responder::ResponderMetrics::new(&mut r);
         let mesh = mesh::MeshMetrics::new(&mut r, buckets, target_labels);
         let peers = peers::PeerMetrics::new(&mut r);
+        let http = http::HttpMetrics::new(&mut r);
         Metrics {
             registry,
             families,
@@ -97,6 +100,7 @@ impl Metrics {
             responder,
             mesh,
             peers,
+            http,
         }
     }
 

@@ -9,11 +9,12 @@ use super::{
     cli::{LogFormat, ProbeModeSetting, RunArgs},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS,
-        MAX_TRACKED_QPS, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
-        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        Limit, HTTP_HEADER_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS,
+        HTTP_MAX_CONNECTIONS_PER_SOURCE, HTTP_MAX_HEADER_BYTES, HTTP_TLS_HANDSHAKE_TIMEOUT,
+        MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
+        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
+        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
+        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     rules::{
         check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
@@ -64,6 +65,13 @@ impl<T> Given<T> {
 #[derive(Debug, Default)]
 pub(super) struct Input {
     pub listen: Option<Given<String>>,
+    pub web_config_file: Option<Given<String>>,
+    pub http_max_connections: Option<Given<i64>>,
+    pub http_max_connections_per_source: Option<Given<i64>>,
+    pub http_header_timeout: Option<Given<f64>>,
+    pub http_idle_timeout: Option<Given<f64>>,
+    pub http_tls_handshake_timeout: Option<Given<f64>>,
+    pub http_max_header_bytes: Option<Given<i64>>,
     pub log_level: Option<Given<String>>,
     pub log_format: Option<LogFormat>,
     pub groups: Option<Given<Vec<String>>>,
@@ -180,6 +188,43 @@ impl Input {
     /// Checks every value given and sets it over `s`.
     pub fn apply(&self, mut s: Settings) -> Result<Settings, ConfigError> {
         set(&mut s.listen, &self.listen, |v| check_listen(v))?;
+        set(&mut s.web_config_file, &self.web_config_file, |v| {
+            if v.is_empty() {
+                Err("must not be empty (leave it out for plain HTTP without auth)".to_owned())
+            } else {
+                Ok(Some(PathBuf::from(v)))
+            }
+        })?;
+        set(
+            &mut s.http.max_connections,
+            &self.http_max_connections,
+            |v| HTTP_MAX_CONNECTIONS.integer(*v).map(|v| v as usize),
+        )?;
+        set(
+            &mut s.http.max_connections_per_source,
+            &self.http_max_connections_per_source,
+            |v| {
+                HTTP_MAX_CONNECTIONS_PER_SOURCE
+                    .integer(*v)
+                    .map(|v| v as usize)
+            },
+        )?;
+        set(&mut s.http.header_timeout, &self.http_header_timeout, |v| {
+            HTTP_HEADER_TIMEOUT.seconds(*v)
+        })?;
+        set(&mut s.http.idle_timeout, &self.http_idle_timeout, |v| {
+            HTTP_IDLE_TIMEOUT.seconds(*v)
+        })?;
+        set(
+            &mut s.http.tls_handshake_timeout,
+            &self.http_tls_handshake_timeout,
+            |v| HTTP_TLS_HANDSHAKE_TIMEOUT.seconds(*v),
+        )?;
+        set(
+            &mut s.http.max_header_bytes,
+            &self.http_max_header_bytes,
+            |v| HTTP_MAX_HEADER_BYTES.integer(*v).map(|v| v as usize),
+        )?;
         set(&mut s.log_level, &self.log_level, |v| {
             check_log_level(v).map(|()| v.clone())
         })?;
@@ -365,6 +410,19 @@ impl RunArgs {
         let buckets = |flag: &str, v: &Option<Vec<f64>>| v.clone().map(|v| Given::flag(flag, v));
         Input {
             listen: flag("--listen", &self.listen),
+            web_config_file: flag("--web-config-file", &self.web_config_file),
+            http_max_connections: limited(&HTTP_MAX_CONNECTIONS, self.http_max_connections),
+            http_max_connections_per_source: limited(
+                &HTTP_MAX_CONNECTIONS_PER_SOURCE,
+                self.http_max_connections_per_source,
+            ),
+            http_header_timeout: seconds(&HTTP_HEADER_TIMEOUT, self.http_header_timeout),
+            http_idle_timeout: seconds(&HTTP_IDLE_TIMEOUT, self.http_idle_timeout),
+            http_tls_handshake_timeout: seconds(
+                &HTTP_TLS_HANDSHAKE_TIMEOUT,
+                self.http_tls_handshake_timeout,
+            ),
+            http_max_header_bytes: limited(&HTTP_MAX_HEADER_BYTES, self.http_max_header_bytes),
             log_level: flag("--log-level", &self.log_level),
             log_format: self.log_format,
             groups: self.groups.clone().map(|v| Given::flag("--groups", v)),

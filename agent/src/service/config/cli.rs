@@ -72,6 +72,13 @@ pub enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Read a password on stdin (not echoed on a terminal) and print its
+    /// bcrypt hash, for basic_auth_users of the web configuration file.
+    HashPassword {
+        /// bcrypt cost, 4 to 31: each step doubles the time a check takes.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        cost: u32,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -176,6 +183,28 @@ pub struct RunArgs {
     /// `listen`: address of the HTTP endpoint [default: 127.0.0.1:9721].
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,
+    /// `web_config_file`: TLS and basic auth for the HTTP endpoint, in the
+    /// Prometheus exporter-toolkit format (its --web.config.file) [default: none].
+    #[arg(long, value_name = "PATH")]
+    pub web_config_file: Option<String>,
+    /// `http.max_connections`: HTTP connections open at once [default: 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub http_max_connections: Option<i64>,
+    /// `http.max_connections_per_source`: of those, from one IPv4 address or IPv6 /64 [default: 8].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub http_max_connections_per_source: Option<i64>,
+    /// `http.header_timeout_seconds`: a request header must arrive whole within this of its first byte [default: 10].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub http_header_timeout: Option<f64>,
+    /// `http.idle_timeout_seconds`: a connection with no request under way is closed after this [default: 120].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub http_idle_timeout: Option<f64>,
+    /// `http.tls_handshake_timeout_seconds` [default: 10].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub http_tls_handshake_timeout: Option<f64>,
+    /// `http.max_header_bytes`: the largest request header, 8192 to 1048576 [default: 16384].
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub http_max_header_bytes: Option<i64>,
     /// `log_level`: error, warn, info, debug, trace, or a tracing filter [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,

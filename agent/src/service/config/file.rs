@@ -16,11 +16,12 @@ use super::{
     cli::{LogFormat, ProbeModeSetting},
     error::{ConfigError, Origin},
     limits::{
-        Limit, MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS,
-        MAX_TRACKED_QPS, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
-        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        Limit, HTTP_HEADER_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS,
+        HTTP_MAX_CONNECTIONS_PER_SOURCE, HTTP_MAX_HEADER_BYTES, HTTP_TLS_HANDSHAKE_TIMEOUT,
+        MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
+        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
+        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
+        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     settings::Settings,
 };
@@ -41,6 +42,9 @@ const RENAMED_SECTIONS: [(&str, &str); 1] = [
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<Spanned<String>>,
+    web_config_file: Option<Spanned<String>>,
+    #[serde(default)]
+    http: FileHttp,
     log_level: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
     #[serde(default)]
@@ -70,6 +74,17 @@ struct FileMesh {
     discover_expiry_seconds: Option<Spanned<f64>>,
     discover_max_targets: Option<Spanned<i64>>,
     rtt_breakdown: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileHttp {
+    max_connections: Option<Spanned<i64>>,
+    max_connections_per_source: Option<Spanned<i64>>,
+    header_timeout_seconds: Option<Spanned<f64>>,
+    idle_timeout_seconds: Option<Spanned<f64>>,
+    tls_handshake_timeout_seconds: Option<Spanned<f64>>,
+    max_header_bytes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,8 +240,24 @@ impl FileConfig {
         let h = &self.hooks;
         let l = &self.limits;
         let b = &self.buckets;
+        let w = &self.http;
         Input {
             listen: cx.given_opt("listen", &self.listen),
+            web_config_file: cx.given_opt("web_config_file", &self.web_config_file),
+            http_max_connections: cx.limited(&HTTP_MAX_CONNECTIONS, None, &w.max_connections),
+            http_max_connections_per_source: cx.limited(
+                &HTTP_MAX_CONNECTIONS_PER_SOURCE,
+                None,
+                &w.max_connections_per_source,
+            ),
+            http_header_timeout: cx.limited(&HTTP_HEADER_TIMEOUT, None, &w.header_timeout_seconds),
+            http_idle_timeout: cx.limited(&HTTP_IDLE_TIMEOUT, None, &w.idle_timeout_seconds),
+            http_tls_handshake_timeout: cx.limited(
+                &HTTP_TLS_HANDSHAKE_TIMEOUT,
+                None,
+                &w.tls_handshake_timeout_seconds,
+            ),
+            http_max_header_bytes: cx.limited(&HTTP_MAX_HEADER_BYTES, None, &w.max_header_bytes),
             log_level: cx.given_opt("log_level", &self.log_level),
             log_format: self.log_format,
             groups: cx.given_opt("hooks.groups", &h.groups),

@@ -27,7 +27,7 @@ pub enum Range {
 /// A bounded number: where it is set and what it may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
-    /// The file's section: `hooks`, `limits`, `mesh`, or `targets` (a key of each
+    /// The file's section: `hooks`, `limits`, `mesh`, `http`, or `targets` (a key of each
     /// `[[targets]]`, named `targets[N].key` in errors).
     pub section: &'static str,
     /// The key in that section.
@@ -220,8 +220,72 @@ pub const MESH_MAX_TARGETS: Limit = Limit {
     unit: "targets",
 };
 
+pub const HTTP_MAX_CONNECTIONS: Limit = Limit {
+    section: "http",
+    key: "max_connections",
+    flag: Some("--http-max-connections"),
+    range: Range::Integer {
+        min: 1,
+        max: 65_536,
+    },
+    unit: "connections",
+};
+
+pub const HTTP_MAX_CONNECTIONS_PER_SOURCE: Limit = Limit {
+    section: "http",
+    key: "max_connections_per_source",
+    flag: Some("--http-max-connections-per-source"),
+    range: Range::Integer {
+        min: 1,
+        max: 65_536,
+    },
+    unit: "connections",
+};
+
+pub const HTTP_HEADER_TIMEOUT: Limit = Limit {
+    section: "http",
+    key: "header_timeout_seconds",
+    flag: Some("--http-header-timeout"),
+    range: Range::Seconds {
+        min: 0.1,
+        max: HOUR,
+    },
+    unit: "seconds",
+};
+
+pub const HTTP_IDLE_TIMEOUT: Limit = Limit {
+    section: "http",
+    key: "idle_timeout_seconds",
+    flag: Some("--http-idle-timeout"),
+    range: Range::Seconds { min: 0.1, max: DAY },
+    unit: "seconds",
+};
+
+pub const HTTP_TLS_HANDSHAKE_TIMEOUT: Limit = Limit {
+    section: "http",
+    key: "tls_handshake_timeout_seconds",
+    flag: Some("--http-tls-handshake-timeout"),
+    range: Range::Seconds {
+        min: 0.1,
+        max: HOUR,
+    },
+    unit: "seconds",
+};
+
+pub const HTTP_MAX_HEADER_BYTES: Limit = Limit {
+    section: "http",
+    key: "max_header_bytes",
+    flag: Some("--http-max-header-bytes"),
+    // hyper's smallest read buffer
+    range: Range::Integer {
+        min: 8192,
+        max: 1 << 20,
+    },
+    unit: "bytes",
+};
+
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 18] = [
+pub const LIMITS: [Limit; 24] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
     MAX_TRACKED_QPS,
@@ -240,6 +304,12 @@ pub const LIMITS: [Limit; 18] = [
     MESH_MAX_TARGETS,
     MESH_DISCOVER_EXPIRY,
     MESH_DISCOVER_MAX_TARGETS,
+    HTTP_MAX_CONNECTIONS,
+    HTTP_MAX_CONNECTIONS_PER_SOURCE,
+    HTTP_HEADER_TIMEOUT,
+    HTTP_IDLE_TIMEOUT,
+    HTTP_TLS_HANDSHAKE_TIMEOUT,
+    HTTP_MAX_HEADER_BYTES,
 ];
 
 impl Limit {
@@ -345,6 +415,12 @@ mod tests {
             (TARGET_MESSAGE_SIZE, t.message_size as i64),
             (MESH_MAX_TARGETS, m.max_targets as i64),
             (MESH_DISCOVER_MAX_TARGETS, m.discover_max_targets as i64),
+            (HTTP_MAX_CONNECTIONS, s.http.max_connections as i64),
+            (
+                HTTP_MAX_CONNECTIONS_PER_SOURCE,
+                s.http.max_connections_per_source as i64,
+            ),
+            (HTTP_MAX_HEADER_BYTES, s.http.max_header_bytes as i64),
         ] {
             assert_eq!(limit.integer(value), Ok(value), "{limit:?}");
         }
@@ -356,6 +432,9 @@ mod tests {
             (MESH_DISCOVER_EXPIRY, m.discover_expiry),
             (MESH_TIMEOUT, m.timeout),
             (MESH_TARGETS_FILE_CHECK, m.targets_file_check),
+            (HTTP_HEADER_TIMEOUT, s.http.header_timeout),
+            (HTTP_IDLE_TIMEOUT, s.http.idle_timeout),
+            (HTTP_TLS_HANDSHAKE_TIMEOUT, s.http.tls_handshake_timeout),
         ] {
             assert_eq!(limit.seconds(value.as_secs_f64()), Ok(value), "{limit:?}");
         }

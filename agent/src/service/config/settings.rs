@@ -11,8 +11,8 @@ use super::{
     DEFAULT_FLEET_LISTEN, DEFAULT_LISTEN, DEFAULT_RING_BUFFER_BYTES,
 };
 use crate::{
-    export::metrics::Buckets, kernel::hooks::Group, kernel::offsets::DEFAULT_BTF_DIR,
-    model::qp::Limits,
+    export::http::HttpLimits, export::metrics::Buckets, kernel::hooks::Group,
+    kernel::offsets::DEFAULT_BTF_DIR, model::qp::Limits,
 };
 
 /// A probe target, resolved.
@@ -37,6 +37,10 @@ pub struct Settings {
     /// The file the settings came from, if any.
     pub source: Option<PathBuf>,
     pub listen: SocketAddr,
+    /// The exporter-toolkit web configuration file: TLS, basic auth.
+    pub web_config_file: Option<PathBuf>,
+    /// `[http]`: the endpoint's limits.
+    pub http: HttpLimits,
     pub log_level: String,
     pub log_format: LogFormat,
     pub groups: Vec<Group>,
@@ -107,6 +111,8 @@ impl Default for Settings {
         Self {
             source: None,
             listen: DEFAULT_LISTEN.parse().expect("valid"),
+            web_config_file: None,
+            http: HttpLimits::default(),
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             groups: Group::DEFAULT.to_vec(),

@@ -1,10 +1,18 @@
-//! The HTTP endpoint: `/metrics`, `/healthz`, `/readyz` and a tiny index page.
+//! The HTTP endpoint: `/metrics`, `/healthz`, `/readyz` and a tiny index
+//! page, with the web configuration's TLS and basic auth, and limits.
+
+pub mod auth;
+mod server;
+pub mod web_config;
+
+pub use server::{serve, HttpLimits, WebConfigHandle};
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},
     Arc,
 };
 
+use crate::export::metrics::{render, Metrics};
 use axum::{
     extract::State,
     http::{header, StatusCode},
@@ -12,9 +20,6 @@ use axum::{
     routing::get,
     Router,
 };
-use tokio::net::TcpListener;
-
-use crate::export::metrics::{render, Metrics};
 
 type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 
@@ -82,12 +87,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .with_state(state)
 }
 
-pub async fn serve(
-    listener: TcpListener,
-    state: Arc<HttpState>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+#[cfg(test)]
+pub(crate) mod test_certs;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! The HTTP endpoint's own counts: its connections, those it refused or
+//! closed at a limit, requests refused for want of credentials, and the web
+//! configuration's reloads.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+
+use super::Registrar;
+
+/// Why a connection was refused or closed before a request was served.
+pub const REFUSED_REASONS: [&str; 8] = [
+    "max_connections",
+    "max_connections_per_source",
+    "accept_error",
+    "tls_handshake_timeout",
+    "tls_handshake_error",
+    "header_timeout",
+    "header_too_large",
+    "bad_request",
+];
+
+#[derive(Clone)]
+pub struct HttpMetrics {
+    connections: IntCounter,
+    active: IntGauge,
+    refused: IntCounterVec,
+    idle_closed: IntCounter,
+    auth_failures: IntCounterVec,
+    web_config_reloads: IntCounterVec,
+}
+
+impl HttpMetrics {
+    pub fn new(r: &mut Registrar) -> Self {
+        let m = Self {
+            connections: r.counter(
+                "qpwatch_http_connections_total",
+                "TCP connections accepted by the HTTP endpoint (refused ones too).",
+            ),
+            active: r.gauge(
+                "qpwatch_http_active_connections",
+                "HTTP connections open now.",
+            ),
+            refused: r.counter_vec(
+                "qpwatch_http_connections_refused_total",
+                "HTTP connections closed by the agent before a request was served, by reason.",
+                &["reason"],
+            ),
+            idle_closed: r.counter(
+                "qpwatch_http_idle_connections_closed_total",
+                "HTTP connections closed after the idle timeout with no request under way.",
+            ),
+            auth_failures: r.counter_vec(
+                "qpwatch_http_auth_failures_total",
+                "HTTP requests refused with 401: no basic auth credentials (missing) or wrong ones (invalid).",
+                &["reason"],
+            ),
+            web_config_reloads: r.counter_vec(
+                "qpwatch_http_web_config_reloads_total",
+                "Reads of the web configuration file on SIGHUP, ok or error (the previous one is kept).",
+                &["result"],
+            ),
+        };
+        for reason in REFUSED_REASONS {
+            m.refused.with_label_values(&[reason]);
+        }
+        for reason in ["missing", "invalid"] {
+            m.auth_failures.with_label_values(&[reason]);
+        }
+        for result in ["ok", "error"] {
+            m.web_config_reloads.with_label_values(&[result]);
+        }
+        m
+    }
+
+    pub fn accepted(&self) {
+        self.connections.inc();
+    }
+
+    /// The returned guard counts the connection as open until dropped.
+    pub fn open(&self) -> ActiveConnection {
+        self.active.inc();
+        ActiveConnection(self.active.clone())
+    }
+
+    pub fn refused(&self, reason: &str) {
+        debug_assert!(REFUSED_REASONS.contains(&reason), "{reason}");
+        self.refused.with_label_values(&[reason]).inc();
+    }
+
+    pub fn idle_closed(&self) {
+        self.idle_closed.inc();
+    }
+
+    pub fn auth_failure(&self, reason: &str) {
+        self.auth_failures.with_label_values(&[reason]).inc();
+    }
+
+    pub fn web_config_reload(&self, ok: bool) {
+        self.web_config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+    }
+}
+
+pub struct ActiveConnection(IntGauge);
+
+impl Drop for ActiveConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
