@@ -383,7 +383,8 @@ fn idle_connections_do_not_starve_a_scrape() {
     let (code, rc) = curl(&["--interface", "127.0.0.2", &server.url("http", "/metrics")]);
     let took = t0.elapsed();
     assert_eq!((code, rc), (200, 0));
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    // far below any timeout (the guest's emulated CPUs run this too)
+    assert!(took < Duration::from_secs(5), "{took:?}");
     let refused = server
         .value("qpwatch_http_connections_refused_total{reason=\"max_connections_per_source\"}");
     assert_eq!(refused, 292.0);
@@ -453,7 +454,7 @@ fn slow_idle_and_oversized_clients_are_cut_off() {
         .unwrap();
     let (took, _) = closed_within(slow, Duration::from_secs(5));
     assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        took >= Duration::from_millis(400) && took < Duration::from_secs(4),
         "{took:?}"
     );
     assert_eq!(
@@ -463,10 +464,10 @@ fn slow_idle_and_oversized_clients_are_cut_off() {
     // a connection that never says anything
     let (took, _) = closed_within(
         TcpStream::connect(server.addr).unwrap(),
-        Duration::from_secs(5),
+        Duration::from_secs(8),
     );
     assert!(
-        took >= Duration::from_millis(1400) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(1400) && took < Duration::from_secs(5),
         "{took:?}"
     );
     // a kept-alive connection: served, then idle
@@ -515,7 +516,7 @@ fn tls_handshake_timeout() {
         Duration::from_secs(5),
     );
     assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        took >= Duration::from_millis(400) && took < Duration::from_secs(4),
         "{took:?}"
     );
     server.wait_value(
@@ -552,6 +553,7 @@ fn shutdown_with_idle_connections_is_prompt() {
     let _ = kept.read(&mut buf).unwrap();
     thread::sleep(Duration::from_millis(100));
     let took = server.stop();
-    assert!(took < Duration::from_millis(500), "{took:?}");
+    // not the 2 s the connections under way get
+    assert!(took < Duration::from_millis(1500), "{took:?}");
     drop((idle, kept));
 }
