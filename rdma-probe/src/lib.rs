@@ -13,6 +13,7 @@
 
 mod churn;
 mod error;
+mod guard;
 pub mod mesh;
 mod outcome;
 mod requester;
@@ -30,6 +31,10 @@ pub use churn::{
     Churn, ChurnConfig, ChurnControl, ChurnCounts, ChurnLatencies, ChurnReport, Finished,
 };
 pub use error::{Errno, Error};
+pub use guard::{
+    canonical_ip, check_probe, gid_source, malformed_payload, AllowList, MalformedProbe, Rate,
+    RateLimiter, SourceCounts, Subnet, MALFORMED_KINDS,
+};
 pub use outcome::{ProbeMode, ProbeOutcome, ProbeResult, QpCall, QpCallKind};
 pub use qpwatch_common::vocab::{CmEventKind, QpState};
 pub use requester::{

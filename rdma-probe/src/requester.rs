@@ -26,7 +26,7 @@ use crate::verbs::{
 
 /// Bytes every probe message starts with: magic, then the sequence number.
 pub const MESSAGE_HEADER: usize = 16;
-const MAGIC: u64 = u64::from_le_bytes(*b"QPWPROBE");
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"QPWPROBE");
 /// Largest probe message (the responder's default receive size).
 pub const MAX_MESSAGE_SIZE: usize = 4096;
 const WR_SEND: u64 = 1;
@@ -66,6 +66,10 @@ pub struct ProbeConfig {
     pub poll_mode: PollMode,
     /// Fault injection for tests: fail right after this step completes.
     pub fail_after: Option<Step>,
+    /// Testing aid: every ping sends these bytes instead of a probe (see
+    /// [`crate::malformed_payload`]); the responder drops them, so the ping
+    /// times out.
+    pub malformed: Option<Vec<u8>>,
 }
 
 impl ProbeConfig {
@@ -80,6 +84,7 @@ impl ProbeConfig {
             ping_interval: Duration::ZERO,
             poll_mode: PollMode::Events,
             fail_after: None,
+            malformed: None,
         }
     }
 
@@ -407,7 +412,8 @@ impl Connection {
         self.qp = Some(qp);
         self.cq = Some(cq);
         self.modify_qp(QpState::Init, out)?;
-        let mr = MemoryRegion::register(&pd, 2 * config.message_size)?;
+        let malformed = config.malformed.as_ref().map_or(0, Vec::len);
+        let mr = MemoryRegion::register(&pd, 2 * config.message_size + malformed)?;
         if let Some(qp) = &self.qp {
             qp.post_recv(WR_RECV, &mr, config.message_size, config.message_size)?;
         }
@@ -504,7 +510,13 @@ impl Connection {
 
         let start = monotonic_ns();
         let deadline = Deadline::new(start, config.step_timeout);
-        qp.post_send(WR_SEND, mr, 0, size, self.inline)?;
+        match &config.malformed {
+            Some(bytes) => {
+                mr.write(2 * size, bytes);
+                qp.post_send(WR_SEND, mr, 2 * size, bytes.len(), false)?;
+            }
+            None => qp.post_send(WR_SEND, mr, 0, size, self.inline)?,
+        }
         let mut sent = false;
         let mut rtt = None;
         let armed = &self.cq_armed;

@@ -6,9 +6,18 @@
 //! connection that does not get established within `accept_timeout`, stays
 //! silent for `idle_timeout`, disconnects, or has a failed completion is
 //! closed and all its resources freed; the others are not affected.
+//!
+//! Strangers cannot exhaust it: a connect request from outside the
+//! allow-list, beyond `max_connections`, or beyond `max_per_source` of its
+//! source address is rejected; a message that is not a probe (shorter than
+//! the header, another magic) is counted and not echoed, its receive posted
+//! again and the connection kept (it is not the peer's last chance to send a
+//! probe, and a peer sending only those is still closed on `idle_timeout`,
+//! which only echoes restart); a message longer than the receive buffer
+//! fails the receive and closes the connection (its QP is in error).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +28,7 @@ use rdma_sys::ibv_wc_opcode;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::guard::{check_probe, AllowList, MalformedProbe, SourceCounts};
 use crate::requester::{PollMode, MAX_MESSAGE_SIZE, MESSAGE_HEADER};
 use crate::time::{monotonic_ns, Deadline};
 use crate::verbs::{
@@ -41,6 +51,10 @@ pub struct ResponderConfig {
     pub idle_timeout: Duration,
     /// Connect requests beyond this many open connections are rejected.
     pub max_connections: usize,
+    /// ... and beyond this many of one source address.
+    pub max_per_source: usize,
+    /// Connect requests from other sources are rejected.
+    pub allow: AllowList,
     pub poll_mode: PollMode,
 }
 
@@ -53,6 +67,8 @@ impl ResponderConfig {
             accept_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_connections: 256,
+            max_per_source: 8,
+            allow: AllowList::everyone(),
             poll_mode: PollMode::Events,
         }
     }
@@ -72,6 +88,11 @@ impl ResponderConfig {
                 "max connections must be at least 1".into(),
             ));
         }
+        if self.max_per_source == 0 {
+            return Err(Error::InvalidConfig(
+                "max connections per source must be at least 1".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -81,8 +102,14 @@ impl ResponderConfig {
 pub struct ResponderStats {
     /// CONNECT_REQUEST events received.
     pub connect_requests: u64,
-    /// Requests refused (too many connections, or setting up failed).
+    /// Requests refused (any reason below, or setting up failed).
     pub rejected: u64,
+    /// ... of which: `max_connections` open already.
+    pub refused_max_connections: u64,
+    /// ... of which: `max_per_source` open from its source already.
+    pub refused_per_source: u64,
+    /// ... of which: its source is not in the allow-list.
+    pub refused_not_allowed: u64,
     /// Connections that reached ESTABLISHED.
     pub established: u64,
     /// Connections closed, for any reason.
@@ -97,12 +124,32 @@ pub struct ResponderStats {
     pub active: u64,
     /// Messages echoed.
     pub echoes: u64,
+    /// Messages dropped, not probes: shorter than the header.
+    pub malformed_short: u64,
+    /// ... another magic.
+    pub malformed_magic: u64,
+    /// ... longer than the receive buffer (the connection is closed).
+    pub malformed_too_long: u64,
+}
+
+impl ResponderStats {
+    /// Messages dropped for `reason`.
+    pub fn malformed(&self, reason: MalformedProbe) -> u64 {
+        match reason {
+            MalformedProbe::Short => self.malformed_short,
+            MalformedProbe::Magic => self.malformed_magic,
+            MalformedProbe::TooLong => self.malformed_too_long,
+        }
+    }
 }
 
 #[derive(Default)]
 struct Counters {
     connect_requests: AtomicU64,
     rejected: AtomicU64,
+    refused_max_connections: AtomicU64,
+    refused_per_source: AtomicU64,
+    refused_not_allowed: AtomicU64,
     established: AtomicU64,
     closed: AtomicU64,
     closed_by_peer: AtomicU64,
@@ -110,6 +157,9 @@ struct Counters {
     closed_error: AtomicU64,
     active: AtomicU64,
     echoes: AtomicU64,
+    malformed_short: AtomicU64,
+    malformed_magic: AtomicU64,
+    malformed_too_long: AtomicU64,
 }
 
 impl Counters {
@@ -118,6 +168,9 @@ impl Counters {
         ResponderStats {
             connect_requests: get(&self.connect_requests),
             rejected: get(&self.rejected),
+            refused_max_connections: get(&self.refused_max_connections),
+            refused_per_source: get(&self.refused_per_source),
+            refused_not_allowed: get(&self.refused_not_allowed),
             established: get(&self.established),
             closed: get(&self.closed),
             closed_by_peer: get(&self.closed_by_peer),
@@ -125,7 +178,18 @@ impl Counters {
             closed_error: get(&self.closed_error),
             active: get(&self.active),
             echoes: get(&self.echoes),
+            malformed_short: get(&self.malformed_short),
+            malformed_magic: get(&self.malformed_magic),
+            malformed_too_long: get(&self.malformed_too_long),
         }
+    }
+
+    fn malformed(&self, reason: MalformedProbe) {
+        bump(match reason {
+            MalformedProbe::Short => &self.malformed_short,
+            MalformedProbe::Magic => &self.malformed_magic,
+            MalformedProbe::TooLong => &self.malformed_too_long,
+        });
     }
 }
 
@@ -149,6 +213,7 @@ impl ResponderStopper {
 pub struct Responder {
     config: ResponderConfig,
     connections: HashMap<usize, Conn>,
+    sources: SourceCounts,
     listener: Arc<CmId>,
     channel: Arc<EventChannel>,
     stop: Arc<EventFd>,
@@ -168,6 +233,7 @@ impl Responder {
         Ok(Responder {
             config,
             connections: HashMap::new(),
+            sources: SourceCounts::default(),
             listener,
             channel,
             stop: Arc::new(EventFd::new()?),
@@ -217,6 +283,7 @@ impl Responder {
     /// event channel or poll ends the loop with an error.
     pub fn run(mut self) -> Result<ResponderStats, Error> {
         let result = self.serve();
+        self.sources = SourceCounts::default();
         for (_, conn) in self.connections.drain() {
             let _ = conn.id.disconnect();
             bump(&self.counters.closed);
@@ -290,7 +357,7 @@ impl Responder {
                 }
             }
             CmEventKind::Disconnected => {
-                if let Some(conn) = self.connections.remove(&key) {
+                if let Some(conn) = self.remove(key) {
                     // Answers the DREQ with a DREP before the id goes.
                     let _ = conn.id.disconnect();
                     self.closed(&self.counters.closed_by_peer);
@@ -301,7 +368,7 @@ impl Responder {
             | CmEventKind::Unreachable
             | CmEventKind::DeviceRemoval
             | CmEventKind::AddrChange => {
-                if self.connections.remove(&key).is_some() {
+                if self.remove(key).is_some() {
                     log::debug!("responder: connection closed on {}", event.kind);
                     self.closed(&self.counters.closed_error);
                 } else if key == self.listener.raw() as usize {
@@ -310,6 +377,14 @@ impl Responder {
             }
             _ => {}
         }
+    }
+
+    fn remove(&mut self, key: usize) -> Option<Conn> {
+        let conn = self.connections.remove(&key)?;
+        if let Some(ip) = conn.source {
+            self.sources.remove(ip);
+        }
+        Some(conn)
     }
 
     fn closed(&self, reason: &AtomicU64) {
@@ -325,18 +400,33 @@ impl Responder {
         let Some(id) = (unsafe { CmId::adopt(event.id, &self.channel) }) else {
             return;
         };
-        if self.connections.len() >= self.config.max_connections {
+        let source = id.peer_addr().map(|a| a.ip());
+        let refused = if !source.is_some_and(|ip| self.config.allow.allows(ip)) {
+            Some(&self.counters.refused_not_allowed)
+        } else if self.connections.len() >= self.config.max_connections {
+            Some(&self.counters.refused_max_connections)
+        } else if !source.is_some_and(|ip| self.sources.try_add(ip, self.config.max_per_source)) {
+            Some(&self.counters.refused_per_source)
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            log::debug!("responder: refusing a connection from {source:?}");
             let _ = id.reject();
+            bump(reason);
             bump(&self.counters.rejected);
             return;
         }
-        match Conn::accept(&id, &self.config) {
+        match Conn::accept(&id, &self.config, source) {
             Ok(conn) => {
                 self.connections.insert(id.raw() as usize, conn);
                 bump(&self.counters.active);
             }
             Err(err) => {
                 log::warn!("responder: refusing a connection: {err}");
+                if let Some(ip) = source {
+                    self.sources.remove(ip);
+                }
                 let _ = id.reject();
                 bump(&self.counters.rejected);
             }
@@ -354,13 +444,13 @@ impl Responder {
         let Some(conn) = self.connections.get_mut(&key) else {
             return;
         };
-        match conn.service(&self.config, woken) {
+        match conn.service(&self.config, woken, &self.counters) {
             Ok(echoed) => {
                 self.counters.echoes.fetch_add(echoed, Ordering::Relaxed);
             }
             Err(err) => {
                 log::debug!("responder: closing a connection: {err}");
-                if let Some(conn) = self.connections.remove(&key) {
+                if let Some(conn) = self.remove(key) {
                     let _ = conn.id.disconnect();
                 }
                 self.closed(&self.counters.closed_error);
@@ -376,7 +466,7 @@ impl Responder {
             .map(|(k, _)| *k)
             .collect();
         for key in expired {
-            if let Some(conn) = self.connections.remove(&key) {
+            if let Some(conn) = self.remove(key) {
                 log::debug!(
                     "responder: closing a connection {}",
                     if conn.established {
@@ -444,10 +534,16 @@ struct Conn {
     max_inline: usize,
     established: bool,
     deadline: Deadline,
+    /// The requester's address (its per-source count).
+    source: Option<IpAddr>,
 }
 
 impl Conn {
-    fn accept(id: &Arc<CmId>, config: &ResponderConfig) -> Result<Conn, Error> {
+    fn accept(
+        id: &Arc<CmId>,
+        config: &ResponderConfig,
+        source: Option<IpAddr>,
+    ) -> Result<Conn, Error> {
         let pd = ProtectionDomain::alloc(id)?;
         let comp_channel = CompletionChannel::create(id)?;
         let depth = config.recv_depth;
@@ -492,6 +588,7 @@ impl Conn {
             },
             established: false,
             deadline: Deadline::after(config.accept_timeout),
+            source,
         })
     }
 
@@ -500,16 +597,21 @@ impl Conn {
     }
 
     /// Echoes what arrived; returns how many messages were echoed.
-    fn service(&mut self, config: &ResponderConfig, woken: bool) -> Result<u64, Error> {
+    fn service(
+        &mut self,
+        config: &ResponderConfig,
+        woken: bool,
+        counters: &Counters,
+    ) -> Result<u64, Error> {
         if woken {
             self.cq.channel().take_event(&self.cq)?;
         }
-        let mut echoed = self.drain()?;
+        let mut echoed = self.drain(counters)?;
         if config.poll_mode == PollMode::Events {
             // Re-arm, then drain once more: a completion that came in before
             // the arm raises no event.
             self.cq.arm()?;
-            echoed += self.drain()?;
+            echoed += self.drain(counters)?;
         }
         if echoed > 0 {
             self.touch(config);
@@ -517,13 +619,18 @@ impl Conn {
         Ok(echoed)
     }
 
-    fn drain(&mut self) -> Result<u64, Error> {
+    fn drain(&mut self, counters: &Counters) -> Result<u64, Error> {
         let mut wcs = [Completion::default(); 16];
         let mut echoed = 0;
         loop {
             let n = self.cq.poll(&mut wcs)?;
             for wc in &wcs[..n] {
                 if !wc.is_success() {
+                    if wc.wr_id & SEND_FLAG == 0
+                        && wc.status == rdma_sys::ibv_wc_status::IBV_WC_LOC_LEN_ERR
+                    {
+                        counters.malformed(MalformedProbe::TooLong);
+                    }
                     return Err(Error::WorkCompletion {
                         step: crate::step::Step::Ping,
                         opcode: if wc.wr_id & SEND_FLAG != 0 {
@@ -543,6 +650,15 @@ impl Conn {
                         .post_recv(slot as u64, &self.mr, offset, self.slot_size)?;
                 } else if wc.opcode == ibv_wc_opcode::IBV_WC_RECV {
                     let len = wc.byte_len as usize;
+                    let mut header = [0u8; MESSAGE_HEADER];
+                    let head = len.min(MESSAGE_HEADER);
+                    self.mr.read(offset, &mut header[..head]);
+                    if let Err(reason) = check_probe(&header[..head]) {
+                        counters.malformed(reason);
+                        self.qp
+                            .post_recv(slot as u64, &self.mr, offset, self.slot_size)?;
+                        continue;
+                    }
                     let inline = len <= self.max_inline;
                     self.qp
                         .post_send(SEND_FLAG | slot as u64, &self.mr, offset, len, inline)?;

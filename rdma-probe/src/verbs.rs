@@ -441,6 +441,12 @@ impl CmId {
         unsafe { socket_addr_of(rdma_get_local_addr(&*self.raw())) }
     }
 
+    /// The peer's address (of a connect request: the requester's source).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: live id; the destination address is a sockaddr_storage inside it.
+        unsafe { socket_addr_of(rdma_get_peer_addr(&*self.raw())) }
+    }
+
     /// The attributes and mask for moving a QP of this connection to `state`.
     pub fn init_qp_attr(&self, state: QpState) -> Result<(ibv_qp_attr, i32), Error> {
         // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use log::debug;
@@ -47,6 +48,18 @@ struct PeerKey {
     qp_num: u32,
 }
 
+/// The sender of a received GRH: the IPv4 source of RoCEv2 over IPv4, else
+/// the source GID (an IPv4-mapped one as IPv4).
+pub fn grh_source(grh: &[u8; GRH_LEN]) -> IpAddr {
+    if grh[20] == 0x45 {
+        IpAddr::V4(Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]))
+    } else {
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&grh[8..24]);
+        crate::guard::gid_source(gid)
+    }
+}
+
 /// Source and destination addresses of a received GRH (IPv4 header for
 /// RoCEv2 over IPv4, otherwise the GIDs).
 fn grh_addresses(grh: &[u8; GRH_LEN]) -> ([u8; 16], [u8; 16]) {
@@ -64,6 +77,8 @@ fn grh_addresses(grh: &[u8; GRH_LEN]) -> ([u8; 16], [u8; 16]) {
 
 pub struct Device {
     pub name: String,
+    /// Testing aid: sent instead of every message ([`super::MeshConfig::malformed`]).
+    pub malformed: Option<Vec<u8>>,
     pub port_num: u8,
     answer_routes: HashMap<PeerKey, AddressHandle>,
     qp: QueuePair,
@@ -160,6 +175,7 @@ impl Device {
         let recv_mr = MemoryRegion::register(&pd, RECV_DEPTH * (message_size + GRH_LEN))?;
         let send_mr = MemoryRegion::register(&pd, SEND_DEPTH * message_size)?;
         let device = Device {
+            malformed: None,
             name,
             port_num,
             answer_routes: HashMap::new(),
@@ -234,14 +250,18 @@ impl Device {
         let mut buf = vec![0u8; self.message_size];
         let now = monotonic_ns();
         build(now).encode(&mut buf);
+        if let Some(bytes) = &self.malformed {
+            buf.clear();
+            buf.extend(bytes.iter().take(self.message_size));
+        }
         let offset = slot * self.message_size;
         self.send_mr.write(offset, &buf);
         match self.qp.post_send_ud(
             SEND_FLAG | slot as u64,
             &self.send_mr,
             offset,
-            self.message_size,
-            self.inline,
+            buf.len(),
+            self.inline && buf.len() == self.message_size,
             ah,
             remote_qpn,
             remote_qkey,
@@ -328,5 +348,17 @@ mod tests {
         grh[8..24].copy_from_slice(&[1; 16]);
         grh[24..40].copy_from_slice(&[2; 16]);
         assert_eq!(grh_addresses(&grh), ([1; 16], [2; 16]));
+        let v4 = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 5));
+        grh[8..24].copy_from_slice(
+            &"::ffff:198.18.0.5"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        assert_eq!(grh_source(&grh), v4, "an IPv4-mapped GID");
+        let mut grh = [0u8; GRH_LEN];
+        grh[20] = 0x45;
+        grh[32..36].copy_from_slice(&[198, 18, 0, 5]);
+        assert_eq!(grh_source(&grh), v4, "RoCEv2's IPv4 header");
     }
 }

@@ -16,7 +16,9 @@ use crate::step::Step;
 use crate::time::{monotonic_ns, RunQueueWait};
 use crate::verbs::{poll_fds, pollin, AddressHandle, CmEvent, CmId, EventChannel, EventFd};
 
-use super::device::{AnswerError, Device, Probe, SendError, SEND_FLAG};
+use crate::guard::{Rate, RateLimiter};
+
+use super::device::{grh_source, AnswerError, Device, Probe, SendError, SEND_FLAG};
 use super::schedule::{nanos, phase_due, InFlight, Timers};
 use super::wire::{Kind, Message};
 use super::{Answer, Clock, Dropped, MeshConfig, MeshSink, MeshStats, MeshTarget};
@@ -139,6 +141,8 @@ pub struct Engine {
     /// empty: a probe polled now is taken to have come that much earlier,
     /// so a starved responder shows as host delay, not network.
     held_ns: u64,
+    /// Per source, the probes answered ([`MeshConfig::answer_rate_per_source`]).
+    answer_rate: Option<RateLimiter>,
 }
 
 impl Engine {
@@ -172,7 +176,6 @@ impl Engine {
             .map(|_| unsafe { MaybeUninit::<ibv_wc>::zeroed().assume_init() })
             .collect();
         Ok(Engine {
-            config,
             sink,
             counters,
             control,
@@ -194,6 +197,10 @@ impl Engine {
             next_seq: 1,
             empty_at_wait: HashMap::new(),
             held_ns: 0,
+            answer_rate: config
+                .answer_rate_per_source
+                .map(|rate| RateLimiter::new(rate, rate, super::RATE_LIMITED_SOURCES)),
+            config,
         })
     }
 
@@ -406,7 +413,8 @@ impl Engine {
             });
         }
         let anchor_raw = anchor.raw() as usize;
-        let (device, calls) = Device::create(anchor, self.config.message_size)?;
+        let (mut device, calls) = Device::create(anchor, self.config.message_size)?;
+        device.malformed.clone_from(&self.config.malformed);
         match device.completion_clock_khz {
             Some(khz) => info!(
                 "mesh: {}: the device stamps completions ({khz} kHz core clock); \
@@ -430,6 +438,13 @@ impl Engine {
         let Some(request) = (unsafe { CmId::adopt(event.id, &self.channel) }) else {
             return;
         };
+        let source = request.peer_addr().map(|a| a.ip());
+        if !source.is_some_and(|ip| self.config.allow.allows(ip)) {
+            debug!("mesh: refusing a SIDR request from {source:?}");
+            let _ = request.reject();
+            self.sink.dropped(Dropped::SidrNotAllowed);
+            return;
+        }
         let key = match self.device_of(&request) {
             Ok(key) => key,
             Err(e) => {
@@ -761,6 +776,30 @@ impl Engine {
         match Message::decode(&message) {
             Err(_) => self.sink.dropped(Dropped::Malformed),
             Ok(probe) if probe.kind == Kind::Probe => {
+                let has_grh = wc.wc_flags & rdma_sys::ibv_wc_flags::IBV_WC_GRH.0 != 0;
+                let source = has_grh.then(|| grh_source(&grh));
+                let allowed = match source {
+                    Some(ip) => self.config.allow.allows(ip),
+                    None => self.config.allow.subnets().is_empty(),
+                };
+                if !allowed {
+                    self.sink.dropped(Dropped::NotAllowed);
+                    self.message = message;
+                    return;
+                }
+                let rate = match (source, self.answer_rate.as_mut()) {
+                    (Some(ip), Some(limiter)) => limiter.check(ip, now),
+                    _ => Rate::Allowed,
+                };
+                if rate != Rate::Allowed {
+                    self.sink.dropped(if rate == Rate::Limited {
+                        Dropped::RateLimited
+                    } else {
+                        Dropped::RateTableFull
+                    });
+                    self.message = message;
+                    return;
+                }
                 let received = now.saturating_sub(self.held_ns);
                 let answered = device.answer(wc, &mut grh, |tx| probe.answer(received, tx));
                 match answered {

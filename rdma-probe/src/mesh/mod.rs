@@ -17,11 +17,18 @@ use std::{
     time::Duration,
 };
 
-use crate::{error::Error, outcome::QpCall};
+use crate::{error::Error, guard::AllowList, outcome::QpCall};
 
 /// rdma_cm port (RDMA_PS_UDP space) of the UD responder when none is given.
 /// Same number as the RC responder's; the port spaces are apart.
 pub const DEFAULT_UD_PORT: u16 = crate::target::DEFAULT_PORT;
+
+/// Probes a UD responder answers per second and source by default: twice
+/// what one prober sends a target at its fastest (`interval_seconds` 0.01).
+pub const DEFAULT_ANSWER_RATE_PER_SOURCE: f64 = 200.0;
+
+/// Sources the answer rate limiter keeps a bucket for at most.
+pub const RATE_LIMITED_SOURCES: usize = 4096;
 
 /// The mesh's settings that hold for every target.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +46,14 @@ pub struct MeshConfig {
     /// Measure each probe's prober delay (its send completion looked up in
     /// the in-flight table); off: [`Answer::prober_delay_ns`] is `None`.
     pub rtt_breakdown: bool,
+    /// The responder answers SIDR requests and probes from these sources only.
+    pub allow: AllowList,
+    /// Probes answered per second and source address at most (a token
+    /// bucket as deep as one second's worth); `None`: no limit.
+    pub answer_rate_per_source: Option<f64>,
+    /// Testing aid: every probe sent is these bytes instead (see
+    /// [`crate::malformed_payload`]); the responder drops them.
+    pub malformed: Option<Vec<u8>>,
 }
 
 impl Default for MeshConfig {
@@ -50,6 +65,9 @@ impl Default for MeshConfig {
             resolve_retry: Duration::from_secs(5),
             message_size: 64,
             rtt_breakdown: true,
+            allow: AllowList::everyone(),
+            answer_rate_per_source: Some(DEFAULT_ANSWER_RATE_PER_SOURCE),
+            malformed: None,
         }
     }
 }
@@ -166,14 +184,26 @@ pub enum Dropped {
     NoReturnPath,
     /// The send queue was full.
     SendQueueFull,
+    /// A probe from a source outside the allow-list.
+    NotAllowed,
+    /// A probe beyond its source's answer rate.
+    RateLimited,
+    /// A probe from a new source while the rate limiter's table is full.
+    RateTableFull,
+    /// A SIDR request from a source outside the allow-list (rejected).
+    SidrNotAllowed,
 }
 
 impl Dropped {
-    pub const ALL: [Dropped; 4] = [
+    pub const ALL: [Dropped; 8] = [
         Dropped::Malformed,
         Dropped::UnknownAnswer,
         Dropped::NoReturnPath,
         Dropped::SendQueueFull,
+        Dropped::NotAllowed,
+        Dropped::RateLimited,
+        Dropped::RateTableFull,
+        Dropped::SidrNotAllowed,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,6 +211,10 @@ impl Dropped {
             Dropped::UnknownAnswer => "unknown_answer",
             Dropped::NoReturnPath => "no_return_path",
             Dropped::SendQueueFull => "send_queue_full",
+            Dropped::NotAllowed => "not_allowed",
+            Dropped::RateLimited => "rate_limited",
+            Dropped::RateTableFull => "rate_table_full",
+            Dropped::SidrNotAllowed => "sidr_not_allowed",
         }
     }
 }
