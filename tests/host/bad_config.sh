@@ -85,6 +85,10 @@ web_case "plain-text password" "web.yml: basic_auth_users.prometheus: not a bcry
 web_case "YAML syntax" "web.yml: (syntax):" 'basic_auth_users: [a'
 web_case "rate_limit" "web.yml: rate_limit: not supported by qpwatch" 'rate_limit:\n  interval: 1s'
 check "missing web config file" "/nonexistent/web.yml: (file): cannot read" "--web-config-file /nonexistent/web.yml" -- "$BIN" run --config /dev/null --web-config-file /nonexistent/web.yml
+file_case "responder: empty allow-list" "qpwatch.toml:2:9: responder.allow: an empty list would answer no one" '[responder]\nallow = []'
+file_case "responder: bad subnet" "qpwatch.toml:2:9: responder.allow: \"10.0.0.0/33\": the prefix length is not 0..=32" '[responder]\nallow = ["10.0.0.0/33"]'
+file_case "responder: zero per-source cap" "qpwatch.toml:2:30: responder.max_connections_per_source: 0 is not between 1 and 65536" '[responder]\nmax_connections_per_source = 0'
+file_case "mesh: zero answer rate" "qpwatch.toml:2:26: mesh.answer_rate_per_source: 0 is not between 1 and 1000000" '[mesh]\nanswer_rate_per_source = 0'
 check "missing config file" "/nonexistent/qpwatch.toml" "--config /nonexistent/qpwatch.toml" -- "$BIN" run --config /nonexistent/qpwatch.toml
 # an endless file: read up to a bound, not forever (timeout: the unbounded read never ends)
 check "endless file" "/dev/zero: (file): larger than 1024 KiB" "check-config /dev/zero" -- timeout 20 "$BIN" check-config /dev/zero
@@ -107,6 +111,8 @@ flag_case "flag: targets file extension" "--mesh-targets-file: \"targets.csv\"" 
 flag_case "flag: zero idle timeout" "--http-idle-timeout: 0 is not a number of seconds between 0.1 and 86400" --http-idle-timeout 0
 flag_case "flag: per-source cap not a number" "--http-max-connections-per-source" --http-max-connections-per-source many
 flag_case "flag: rtt breakdown not a boolean" "--mesh-rtt-breakdown" --mesh-rtt-breakdown yes
+flag_case "flag: bad allow-list" "--responder-allow: \"198.18.0.0/x\"" --responder-allow 198.18.0.1,198.18.0.0/x
+flag_case "flag: short idle timeout" "--responder-idle-timeout: 0.1 is not a number of seconds between 1 and 86400" --responder-idle-timeout 0.1
 echo
 for spelling in "check-config packaging/qpwatch.toml" "check-config --config packaging/qpwatch.toml"; do
   # shellcheck disable=SC2086

@@ -386,13 +386,14 @@ async fn update_discovered(pipeline: &Arc<Mutex<Pipeline>>, prober: &Arc<Mutex<P
 async fn apply_probes(prober: &Arc<Mutex<Prober>>, settings: &Settings) {
     let prober = Arc::clone(prober);
     let responder = settings.responder_listen;
+    let limits = settings.responder.clone();
     let targets = settings.targets.clone();
     let mesh = settings.mesh.clone();
     let applied = tokio::task::spawn_blocking(move || {
         prober
             .lock()
             .expect("not poisoned")
-            .apply(responder, &targets, mesh.as_ref())
+            .apply(responder, &limits, &targets, mesh.as_ref())
     })
     .await;
     if let Err(error) = applied {

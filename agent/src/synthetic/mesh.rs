@@ -102,11 +102,14 @@ pub fn plan(
     plan
 }
 
-fn mesh_config(settings: &MeshSettings) -> MeshConfig {
+/// `allow`: `responder.allow`, for the UD responder too.
+fn mesh_config(settings: &MeshSettings, allow: &[rdma_probe::Subnet]) -> MeshConfig {
     MeshConfig {
         listen: settings.listen,
         timeout: settings.timeout,
         rtt_breakdown: settings.rtt_breakdown,
+        allow: rdma_probe::AllowList::new(allow.to_vec()),
+        answer_rate_per_source: Some(f64::from(settings.answer_rate_per_source)),
         ..MeshConfig::default()
     }
 }
@@ -240,7 +243,12 @@ impl MeshProber {
 
     /// Makes the mesh match the settings (`None`: fleet mode off); targets
     /// that did not change keep their resolution and sequence numbers.
-    pub fn apply(&mut self, settings: Option<&MeshSettings>, inline: &[Target]) {
+    pub fn apply(
+        &mut self,
+        settings: Option<&MeshSettings>,
+        inline: &[Target],
+        allow: &[rdma_probe::Subnet],
+    ) {
         let Some(settings) = settings else {
             self.stop();
             return;
@@ -279,7 +287,7 @@ impl MeshProber {
                 self.metrics().targets_file_unconfigured();
             }
         }
-        let config = mesh_config(settings);
+        let config = mesh_config(settings, allow);
         let wanted = Some(&config);
         if self.running.as_ref().map(|(c, _)| c) != wanted {
             self.stop_engine();
@@ -635,7 +643,7 @@ mod tests {
             ..MeshSettings::default()
         };
         let mut mesh = MeshProber::new(sink);
-        mesh.apply(Some(&settings), &[inline("peer9", "198.18.0.9:9723")]);
+        mesh.apply(Some(&settings), &[inline("peer9", "198.18.0.9:9723")], &[]);
         let sent = |text: &str, target: &str, rack: &str| {
             text.lines().any(|l| {
                 l.starts_with(&format!(
@@ -674,7 +682,7 @@ mod tests {
         assert!(text.contains("qpwatch_mesh_targets_file_ok 1"));
 
         // fleet mode off: nothing of the mesh is left
-        mesh.apply(None, &[]);
+        mesh.apply(None, &[], &[]);
         let text = render(&metrics.registry);
         assert!(!text.contains("target=\""), "{text}");
         assert!(!text.contains("qpwatch_mesh_targets{"));
@@ -704,8 +712,8 @@ mod tests {
             rtt_breakdown: false,
             ..on.clone()
         };
-        assert!(mesh_config(&on).rtt_breakdown);
-        assert!(!mesh_config(&off).rtt_breakdown);
+        assert!(mesh_config(&on, &[]).rtt_breakdown);
+        assert!(!mesh_config(&off, &[]).rtt_breakdown);
 
         let peer: Arc<str> = Arc::from("peer2");
         let answer = Answer {
@@ -722,7 +730,7 @@ mod tests {
                 .find(|l| l.starts_with(&format!("{family}_count{{")) && l.contains("peer2"))
                 .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         };
-        mesh.apply(Some(&off), &[inline("peer2", "198.18.0.2:9723")]);
+        mesh.apply(Some(&off), &[inline("peer2", "198.18.0.2:9723")], &[]);
         mesh.reporter.answered(&peer, &answer);
         let text = render(&metrics.registry);
         assert_eq!(count(&text, "qpwatch_mesh_probe_rtt_seconds"), Some(1.0));
@@ -734,7 +742,7 @@ mod tests {
         assert!(!text.contains("qpwatch_mesh_responder_delay_seconds"));
 
         // on (a SIGHUP): the series from 0, fed by the next answers
-        mesh.apply(Some(&on), &[inline("peer2", "198.18.0.2:9723")]);
+        mesh.apply(Some(&on), &[inline("peer2", "198.18.0.2:9723")], &[]);
         mesh.reporter.answered(&peer, &answer);
         let text = render(&metrics.registry);
         assert_eq!(count(&text, "qpwatch_mesh_probe_rtt_seconds"), Some(2.0));
@@ -749,7 +757,7 @@ mod tests {
             "qpwatch_mesh_probe_network_rtt_seconds_sum{clock=\"software\",target=\"peer2\"} 0.00006"
         ));
 
-        mesh.apply(None, &[]);
+        mesh.apply(None, &[], &[]);
         assert!(!render(&metrics.registry).contains("peer2"));
     }
 

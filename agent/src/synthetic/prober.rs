@@ -21,9 +21,20 @@ use tracing::{info, warn};
 
 use crate::{
     export::metrics::Metrics,
-    service::config::{MeshSettings, ProbeArgs, ProbeModeSetting, ResponderArgs, Target},
+    service::config::{
+        MeshSettings, ProbeArgs, ProbeModeSetting, ResponderArgs, ResponderSettings, Target,
+    },
     synthetic::{crosscheck::OwnCallLog, mesh::MeshProber},
 };
+
+fn responder_config(listen: SocketAddr, settings: &ResponderSettings) -> ResponderConfig {
+    let mut config = ResponderConfig::new(listen);
+    config.max_connections = settings.max_connections;
+    config.max_per_source = settings.max_per_source;
+    config.idle_timeout = settings.idle_timeout;
+    config.allow = rdma_probe::AllowList::new(settings.allow.clone());
+    config
+}
 
 fn probe_config(target: &Target) -> ProbeConfig {
     let mut config = ProbeConfig::new(target.address);
@@ -155,6 +166,8 @@ pub struct Prober {
     responder: Option<(SocketAddr, ResponderHandle)>,
     /// The configured responder that could not start, and why (retried).
     responder_failed: Option<(SocketAddr, String)>,
+    /// The limits the responder runs with.
+    responder_settings: ResponderSettings,
     responder_seen: ResponderStats,
     targets: HashMap<String, TargetRunner>,
 }
@@ -166,6 +179,7 @@ impl Prober {
             sink,
             responder: None,
             responder_failed: None,
+            responder_settings: ResponderSettings::default(),
             responder_seen: ResponderStats::default(),
             targets: HashMap::new(),
         }
@@ -174,9 +188,12 @@ impl Prober {
     /// Makes the running responder, targets and mesh match the settings;
     /// targets that did not change keep running (and their persistent
     /// connections). `mode = "ud"` targets go to the mesh (`mesh`: fleet mode).
+    /// A change of the responder's limits restarts it (its connections are
+    /// closed; the requesters connect again).
     pub fn apply(
         &mut self,
         responder: Option<SocketAddr>,
+        limits: &ResponderSettings,
         targets: &[Target],
         mesh: Option<&MeshSettings>,
     ) {
@@ -184,8 +201,10 @@ impl Prober {
             .iter()
             .cloned()
             .partition(|t| t.mode == ProbeModeSetting::Ud);
-        self.mesh.apply(mesh, &ud);
-        if self.responder.as_ref().map(|(a, _)| *a) != responder {
+        self.mesh.apply(mesh, &ud, &limits.allow);
+        let changed = self.responder_settings != *limits;
+        self.responder_settings = limits.clone();
+        if changed || self.responder.as_ref().map(|(a, _)| *a) != responder {
             self.stop_responder();
             self.responder_failed = None;
             if let Some(listen) = responder {
@@ -236,7 +255,7 @@ impl Prober {
     /// Starts the responder; a failure is logged once per distinct error and
     /// retried by [`Prober::retry`] (e.g. until an address appears).
     fn start_responder(&mut self, listen: SocketAddr) {
-        match Responder::spawn(ResponderConfig::new(listen)) {
+        match Responder::spawn(responder_config(listen, &self.responder_settings)) {
             Ok(handle) => {
                 info!(%listen, "probe responder listening");
                 self.responder = Some((listen, handle));
@@ -311,7 +330,7 @@ impl Prober {
 
     /// Stops every probe thread, the mesh and the responder.
     pub fn shutdown(&mut self) {
-        self.apply(None, &[], None);
+        self.apply(None, &ResponderSettings::default(), &[], None);
     }
 }
 
@@ -322,14 +341,18 @@ pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
             .ok()
             .filter(|d| !d.is_zero())
             .ok_or_else(|| anyhow::anyhow!("--timeout: {} is not positive", args.timeout))?;
+        let mut header = vec![0u8; args.size.max(40)];
+        rdma_probe::mesh::encode_probe(&mut header);
         let probe = rdma_probe::mesh::CountedProbe {
             target: args.target,
+            source: args.source,
             count: args.count.into(),
             interval: Duration::from_millis(args.interval_ms.max(1)),
             config: rdma_probe::mesh::MeshConfig {
                 timeout,
                 resolve_timeout: timeout,
                 message_size: args.size,
+                malformed: malformed(&args, args.size, &header)?,
                 ..Default::default()
             },
         };
@@ -346,6 +369,10 @@ pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
         return Ok(summary.all_ok(probe.count));
     }
     let mut config = ProbeConfig::new(args.target);
+    config.source = args.source;
+    let mut header = b"QPWPROBE".to_vec();
+    header.resize(rdma_probe::MESSAGE_HEADER, 0);
+    config.malformed = malformed(&args, args.size, &header)?;
     config.pings = args.pings;
     config.message_size = args.size;
     config.step_timeout = Duration::try_from_secs_f64(args.timeout)
@@ -375,6 +402,21 @@ pub fn cli_probe(args: ProbeArgs) -> anyhow::Result<bool> {
         print!("{}", summary.render_table());
     }
     Ok(summary.all_ok())
+}
+
+/// `--malformed KIND` (a testing aid): the bytes sent instead of a probe.
+fn malformed(args: &ProbeArgs, size: usize, header: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(kind) = &args.malformed else {
+        return Ok(None);
+    };
+    rdma_probe::malformed_payload(kind, size, header)
+        .map(Some)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--malformed: {kind:?} is none of {}",
+                rdma_probe::MALFORMED_KINDS.join(", ")
+            )
+        })
 }
 
 /// `qpwatch responder`: only the responder, until SIGTERM/SIGINT.

@@ -19,6 +19,8 @@ use super::{Answer, Dropped, Mesh, MeshConfig, MeshSink, MeshTarget};
 #[derive(Debug, Clone)]
 pub struct CountedProbe {
     pub target: SocketAddr,
+    /// Local address to probe from; `None`: routing decides.
+    pub source: Option<std::net::IpAddr>,
     pub count: u64,
     pub interval: Duration,
     pub config: MeshConfig,
@@ -169,7 +171,7 @@ pub fn probe_counted(probe: &CountedProbe) -> Result<CountedSummary, Error> {
     mesh.set_targets(vec![MeshTarget {
         key: probe.target.to_string().into(),
         address: probe.target,
-        source: None,
+        source: probe.source,
         interval: probe.interval,
     }]);
     let budget = probe.config.resolve_timeout

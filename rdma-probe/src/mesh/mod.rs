@@ -255,6 +255,12 @@ pub struct MeshStats {
     pub responded: u64,
 }
 
+/// Writes a probe's header into `out` (at least [`wire::HEADER_LEN`] bytes):
+/// what a testing aid makes malformed ([`crate::malformed_payload`]).
+pub fn encode_probe(out: &mut [u8]) {
+    wire::Message::probe(1, 0).encode(out);
+}
+
 mod counted;
 mod device;
 mod engine;

@@ -12,12 +12,14 @@ use super::{
         Limit, HTTP_HEADER_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS,
         HTTP_MAX_CONNECTIONS_PER_SOURCE, HTTP_MAX_HEADER_BYTES, HTTP_TLS_HANDSHAKE_TIMEOUT,
         MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
-        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
-        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
-        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
+        MESH_ANSWER_RATE, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
+        RESPONDER_IDLE_TIMEOUT, RESPONDER_MAX_CONNECTIONS, RESPONDER_MAX_PER_SOURCE,
+        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
+        TARGET_TIMEOUT,
     },
     rules::{
-        check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
+        check_allow, check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
         check_source, check_target_labels, check_target_name, check_targets_file,
         parse_target_address,
     },
@@ -90,8 +92,12 @@ pub(super) struct Input {
     pub buckets_dwell: Option<Given<Vec<f64>>>,
     pub buckets_lifetime: Option<Given<Vec<f64>>>,
     pub buckets_probe_rtt: Option<Given<Vec<f64>>>,
-    /// The responder's address, and whether it is enabled.
-    pub responder: Option<(Given<String>, bool)>,
+    /// The responder's address (if given), and whether it is enabled.
+    pub responder: Option<(Option<Given<String>>, bool)>,
+    pub responder_max_connections: Option<Given<i64>>,
+    pub responder_max_per_source: Option<Given<i64>>,
+    pub responder_idle_timeout: Option<Given<f64>>,
+    pub responder_allow: Option<Given<Vec<String>>>,
     /// `Some`: these targets replace those so far.
     pub targets: Option<Vec<TargetInput>>,
     /// `Some`: fleet mode, with these keys over those so far.
@@ -113,6 +119,7 @@ pub(super) struct MeshInput {
     pub discover_expiry_seconds: Option<Given<f64>>,
     pub discover_max_targets: Option<Given<i64>>,
     pub rtt_breakdown: Option<bool>,
+    pub answer_rate_per_source: Option<Given<i64>>,
 }
 
 impl MeshInput {
@@ -151,6 +158,11 @@ impl MeshInput {
         if let Some(on) = self.rtt_breakdown {
             m.rtt_breakdown = on;
         }
+        set(
+            &mut m.answer_rate_per_source,
+            &self.answer_rate_per_source,
+            |v| MESH_ANSWER_RATE.integer(*v).map(|v| v as u32),
+        )?;
         Ok(m)
     }
 }
@@ -281,11 +293,31 @@ impl Input {
         ] {
             set(slot, given, |v| check_buckets(v).map(|()| v.clone()))?;
         }
-        if let Some((listen, enabled)) = &self.responder {
-            let listen = listen.check(|v| parse_target_address(v))?;
-            s.responder_listen = enabled.then_some(listen);
-            s.responder_configured = true;
+        match &self.responder {
+            Some((Some(listen), enabled)) => {
+                let listen = listen.check(|v| parse_target_address(v))?;
+                s.responder_listen = enabled.then_some(listen);
+                s.responder_configured = true;
+            }
+            Some((None, false)) => {
+                s.responder_listen = None;
+                s.responder_configured = true;
+            }
+            _ => {}
         }
+        let r = &mut s.responder;
+        set(
+            &mut r.max_connections,
+            &self.responder_max_connections,
+            |v| RESPONDER_MAX_CONNECTIONS.integer(*v).map(|v| v as usize),
+        )?;
+        set(&mut r.max_per_source, &self.responder_max_per_source, |v| {
+            RESPONDER_MAX_PER_SOURCE.integer(*v).map(|v| v as usize)
+        })?;
+        set(&mut r.idle_timeout, &self.responder_idle_timeout, |v| {
+            RESPONDER_IDLE_TIMEOUT.seconds(*v)
+        })?;
+        set(&mut r.allow, &self.responder_allow, |v| check_allow(v))?;
         if let Some(mesh) = &self.mesh {
             s.mesh = Some(mesh.apply(s.mesh.take().unwrap_or_default())?);
         }
@@ -441,7 +473,20 @@ impl RunArgs {
             buckets_dwell: buckets("--buckets-dwell", &self.buckets_dwell),
             buckets_lifetime: buckets("--buckets-lifetime", &self.buckets_lifetime),
             buckets_probe_rtt: buckets("--buckets-probe-rtt", &self.buckets_probe_rtt),
-            responder: flag("--responder-listen", &self.responder_listen).map(|l| (l, true)),
+            responder: flag("--responder-listen", &self.responder_listen).map(|l| (Some(l), true)),
+            responder_max_connections: limited(
+                &RESPONDER_MAX_CONNECTIONS,
+                self.responder_max_connections,
+            ),
+            responder_max_per_source: limited(
+                &RESPONDER_MAX_PER_SOURCE,
+                self.responder_max_connections_per_source,
+            ),
+            responder_idle_timeout: seconds(&RESPONDER_IDLE_TIMEOUT, self.responder_idle_timeout),
+            responder_allow: self
+                .responder_allow
+                .clone()
+                .map(|v| Given::flag("--responder-allow", v)),
             targets: (!self.targets.is_empty()).then(|| {
                 self.targets
                     .iter()
@@ -488,6 +533,7 @@ impl RunArgs {
                 self.mesh_discover_max_targets,
             ),
             rtt_breakdown: self.mesh_rtt_breakdown,
+            answer_rate_per_source: limited(&MESH_ANSWER_RATE, self.mesh_answer_rate_per_source),
         };
         let any = m.listen.is_some()
             || m.interval_seconds.is_some()
@@ -500,7 +546,8 @@ impl RunArgs {
             || m.discover.is_some()
             || m.discover_expiry_seconds.is_some()
             || m.discover_max_targets.is_some()
-            || m.rtt_breakdown.is_some();
+            || m.rtt_breakdown.is_some()
+            || m.answer_rate_per_source.is_some();
         (self.mesh || any).then_some(m)
     }
 }
@@ -514,6 +561,39 @@ pub fn apply_flags(s: Settings, args: &RunArgs) -> Result<Settings, ConfigError>
 mod tests {
     use super::*;
     use crate::service::config::test_support::{cli, parse};
+
+    #[test]
+    fn responder_flags() {
+        let args = cli(&[
+            "--responder-listen",
+            "198.18.0.1",
+            "--responder-max-connections",
+            "16",
+            "--responder-max-connections-per-source",
+            "1",
+            "--responder-idle-timeout",
+            "5",
+            "--responder-allow",
+            "198.18.0.1,198.18.0.5/32",
+            "--mesh-answer-rate-per-source",
+            "20",
+        ])
+        .unwrap();
+        let file = parse("[responder]\nmax_connections_per_source = 4").unwrap();
+        let s = apply_flags(file, &args.run).unwrap();
+        assert_eq!(s.responder.max_connections, 16);
+        assert_eq!(s.responder.max_per_source, 1, "the flag wins");
+        assert_eq!(s.responder.idle_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(s.responder.allow.len(), 2);
+        assert_eq!(s.mesh.unwrap().answer_rate_per_source, 20);
+        let args = cli(&["--responder-allow", "nowhere"]).unwrap();
+        assert_eq!(
+            apply_flags(Settings::default(), &args.run)
+                .unwrap_err()
+                .to_string(),
+            "command line: --responder-allow: \"nowhere\" is not ADDR or ADDR/PREFIX"
+        );
+    }
 
     #[test]
     fn flags_win_over_the_file() {

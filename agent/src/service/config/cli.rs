@@ -119,6 +119,14 @@ pub struct ProbeArgs {
     /// With --ud: time between two probes, in milliseconds.
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub interval_ms: u64,
+    /// Local address to probe from (it picks the RDMA device).
+    #[arg(long, value_name = "ADDR")]
+    pub source: Option<std::net::IpAddr>,
+    /// Testing aid: send malformed bytes of this kind instead of every probe
+    /// (short, magic, version, kind, random; too_long: RC only); the
+    /// responder counts and drops them, so every probe fails.
+    #[arg(long, hide = true, value_name = "KIND")]
+    pub malformed: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -288,6 +296,18 @@ pub struct RunArgs {
     /// `responder.listen`: run the probe responder on ADDR[:PORT].
     #[arg(long, value_name = "ADDR[:PORT]")]
     pub responder_listen: Option<String>,
+    /// `responder.max_connections`: RC connections open at most [default: 256].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub responder_max_connections: Option<i64>,
+    /// `responder.max_connections_per_source`: RC connections of one source address at most [default: 8].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub responder_max_connections_per_source: Option<i64>,
+    /// `responder.idle_timeout_seconds`: an RC connection with no probe this long is closed [default: 120].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub responder_idle_timeout: Option<f64>,
+    /// `responder.allow`: source subnets (ADDR/PREFIX or ADDR, comma-separated) the RC and UD responders answer [default: every source].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub responder_allow: Option<Vec<String>>,
     /// `[[targets]]`: a probe target NAME=ADDR[:PORT] (repeatable; replaces the file's targets).
     #[arg(long = "target", value_parser = parse_cli_target, value_name = "NAME=ADDR[:PORT]")]
     pub targets: Vec<(String, String)>,
@@ -342,4 +362,7 @@ pub struct RunArgs {
     /// `mesh.rtt_breakdown`: network RTT, responder and prober delay histograms [default: true].
     #[arg(long, value_name = "BOOL")]
     pub mesh_rtt_breakdown: Option<bool>,
+    /// `mesh.answer_rate_per_source`: probes the UD responder answers per second and source [default: 200].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub mesh_answer_rate_per_source: Option<i64>,
 }

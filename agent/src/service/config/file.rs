@@ -19,9 +19,11 @@ use super::{
         Limit, HTTP_HEADER_TIMEOUT, HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS,
         HTTP_MAX_CONNECTIONS_PER_SOURCE, HTTP_MAX_HEADER_BYTES, HTTP_TLS_HANDSHAKE_TIMEOUT,
         MAX_CGROUP_LABELS, MAX_DEVICE_LABELS, MAX_PEER_LABELS, MAX_PROCESS_LABELS, MAX_TRACKED_QPS,
-        MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL, MESH_MAX_TARGETS,
-        MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL, RING_BUFFER_BYTES,
-        TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
+        MESH_ANSWER_RATE, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
+        MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
+        RESPONDER_IDLE_TIMEOUT, RESPONDER_MAX_CONNECTIONS, RESPONDER_MAX_PER_SOURCE,
+        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
+        TARGET_TIMEOUT,
     },
     settings::Settings,
 };
@@ -74,6 +76,7 @@ struct FileMesh {
     discover_expiry_seconds: Option<Spanned<f64>>,
     discover_max_targets: Option<Spanned<i64>>,
     rtt_breakdown: Option<bool>,
+    answer_rate_per_source: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,7 +125,11 @@ struct FileBuckets {
 #[serde(deny_unknown_fields)]
 struct FileResponder {
     enabled: Option<bool>,
-    listen: Spanned<String>,
+    listen: Option<Spanned<String>>,
+    max_connections: Option<Spanned<i64>>,
+    max_connections_per_source: Option<Spanned<i64>>,
+    idle_timeout_seconds: Option<Spanned<f64>>,
+    allow: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,10 +289,29 @@ impl FileConfig {
             buckets_probe_rtt: cx.given_opt("buckets.probe_rtt", &b.probe_rtt),
             responder: self.responder.as_ref().map(|r| {
                 (
-                    cx.given("responder.listen", &r.listen),
+                    cx.given_opt("responder.listen", &r.listen),
                     r.enabled.unwrap_or(true),
                 )
             }),
+            responder_max_connections: self
+                .responder
+                .as_ref()
+                .and_then(|r| cx.limited(&RESPONDER_MAX_CONNECTIONS, None, &r.max_connections)),
+            responder_max_per_source: self.responder.as_ref().and_then(|r| {
+                cx.limited(
+                    &RESPONDER_MAX_PER_SOURCE,
+                    None,
+                    &r.max_connections_per_source,
+                )
+            }),
+            responder_idle_timeout: self
+                .responder
+                .as_ref()
+                .and_then(|r| cx.limited(&RESPONDER_IDLE_TIMEOUT, None, &r.idle_timeout_seconds)),
+            responder_allow: self
+                .responder
+                .as_ref()
+                .and_then(|r| cx.given_opt("responder.allow", &r.allow)),
             // the file's targets replace none: there are none before it
             targets: (!self.targets.is_empty()).then(|| {
                 self.targets
@@ -319,6 +345,11 @@ impl FileConfig {
                     &m.discover_max_targets,
                 ),
                 rtt_breakdown: m.rtt_breakdown,
+                answer_rate_per_source: cx.limited(
+                    &MESH_ANSWER_RATE,
+                    None,
+                    &m.answer_rate_per_source,
+                ),
             }),
         }
     }
@@ -538,6 +569,54 @@ listen = \"198.18.0.1\"",
             None,
             "not in fleet mode"
         );
+    }
+
+    #[test]
+    fn responder_limits() {
+        let s = parse(
+            r#"
+[responder]
+listen = "198.18.0.1"
+max_connections = 64
+max_connections_per_source = 2
+idle_timeout_seconds = 30
+allow = ["198.18.0.0/24", "10.1.2.3", "fe80::/10"]
+[mesh]
+answer_rate_per_source = 50
+"#,
+        )
+        .unwrap();
+        let r = &s.responder;
+        assert_eq!(r.max_connections, 64);
+        assert_eq!(r.max_per_source, 2);
+        assert_eq!(r.idle_timeout, Duration::from_secs(30));
+        let allow: Vec<String> = r.allow.iter().map(ToString::to_string).collect();
+        assert_eq!(allow, ["198.18.0.0/24", "10.1.2.3/32", "fe80::/10"]);
+        assert_eq!(s.mesh.unwrap().answer_rate_per_source, 50);
+        let d = parse("").unwrap();
+        assert_eq!(d.responder, super::super::ResponderSettings::default());
+        assert!(d.responder.allow.is_empty(), "every source by default");
+        // the limits without `listen`: fleet mode's default responder gets them
+        let s = parse("[mesh]\n[responder]\nmax_connections_per_source = 3").unwrap();
+        assert_eq!(s.responder_listen, Some("0.0.0.0:9723".parse().unwrap()));
+        assert_eq!(s.responder.max_per_source, 3);
+        assert_eq!(
+            parse("[responder]\nallow = [\"10.0.0.0/8\"]")
+                .unwrap()
+                .responder_listen,
+            None
+        );
+        for (text, message) in [
+            ("[responder]\nallow = []", ":2:9: responder.allow: an empty list would answer no one"),
+            ("[responder]\nallow = [\"10.0.0.0/33\"]", ":2:9: responder.allow: \"10.0.0.0/33\": the prefix length is not 0..=32"),
+            ("[responder]\nallow = [\"any\"]", ":2:9: responder.allow: \"any\" is not ADDR or ADDR/PREFIX"),
+            ("[responder]\nmax_connections_per_source = 0", ":2:30: responder.max_connections_per_source: 0 is not between 1 and 65536"),
+            ("[responder]\nidle_timeout_seconds = 0.5", ":2:24: responder.idle_timeout_seconds: 0.5 is not a number of seconds between 1 and 86400"),
+            ("[mesh]\nanswer_rate_per_source = 0", ":2:26: mesh.answer_rate_per_source: 0 is not between 1 and 1000000"),
+        ] {
+            let e = err(text);
+            assert!(e.contains(message), "{text:?}: {e}");
+        }
     }
 
     /// The bad-input table of the closing note: one line, key and file:line.

@@ -284,8 +284,49 @@ pub const HTTP_MAX_HEADER_BYTES: Limit = Limit {
     unit: "bytes",
 };
 
+pub const RESPONDER_MAX_CONNECTIONS: Limit = Limit {
+    section: "responder",
+    key: "max_connections",
+    flag: Some("--responder-max-connections"),
+    range: Range::Integer {
+        min: 1,
+        max: 65_536,
+    },
+    unit: "connections",
+};
+
+pub const RESPONDER_MAX_PER_SOURCE: Limit = Limit {
+    section: "responder",
+    key: "max_connections_per_source",
+    flag: Some("--responder-max-connections-per-source"),
+    range: Range::Integer {
+        min: 1,
+        max: 65_536,
+    },
+    unit: "connections",
+};
+
+pub const RESPONDER_IDLE_TIMEOUT: Limit = Limit {
+    section: "responder",
+    key: "idle_timeout_seconds",
+    flag: Some("--responder-idle-timeout"),
+    range: Range::Seconds { min: 1.0, max: DAY },
+    unit: "seconds",
+};
+
+pub const MESH_ANSWER_RATE: Limit = Limit {
+    section: "mesh",
+    key: "answer_rate_per_source",
+    flag: Some("--mesh-answer-rate-per-source"),
+    range: Range::Integer {
+        min: 1,
+        max: 1_000_000,
+    },
+    unit: "answers per second",
+};
+
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 24] = [
+pub const LIMITS: [Limit; 28] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
     MAX_TRACKED_QPS,
@@ -310,6 +351,10 @@ pub const LIMITS: [Limit; 24] = [
     HTTP_IDLE_TIMEOUT,
     HTTP_TLS_HANDSHAKE_TIMEOUT,
     HTTP_MAX_HEADER_BYTES,
+    RESPONDER_MAX_CONNECTIONS,
+    RESPONDER_MAX_PER_SOURCE,
+    RESPONDER_IDLE_TIMEOUT,
+    MESH_ANSWER_RATE,
 ];
 
 impl Limit {
@@ -421,6 +466,12 @@ mod tests {
                 s.http.max_connections_per_source as i64,
             ),
             (HTTP_MAX_HEADER_BYTES, s.http.max_header_bytes as i64),
+            (
+                RESPONDER_MAX_CONNECTIONS,
+                s.responder.max_connections as i64,
+            ),
+            (RESPONDER_MAX_PER_SOURCE, s.responder.max_per_source as i64),
+            (MESH_ANSWER_RATE, m.answer_rate_per_source as i64),
         ] {
             assert_eq!(limit.integer(value), Ok(value), "{limit:?}");
         }
@@ -435,6 +486,7 @@ mod tests {
             (HTTP_HEADER_TIMEOUT, s.http.header_timeout),
             (HTTP_IDLE_TIMEOUT, s.http.idle_timeout),
             (HTTP_TLS_HANDSHAKE_TIMEOUT, s.http.tls_handshake_timeout),
+            (RESPONDER_IDLE_TIMEOUT, s.responder.idle_timeout),
         ] {
             assert_eq!(limit.seconds(value.as_secs_f64()), Ok(value), "{limit:?}");
         }

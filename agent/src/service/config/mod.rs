@@ -28,7 +28,7 @@ pub use cli::{
 pub use error::{ConfigError, Origin};
 pub use file::{parse_file, read_file, MAX_CONFIG_BYTES};
 pub use rules::{check_buckets, parse_target_address};
-pub use settings::{MeshSettings, Settings, Target};
+pub use settings::{MeshSettings, ResponderSettings, Settings, Target};
 
 pub const DEFAULT_CONFIG: &str = "/etc/qpwatch/qpwatch.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9721";

@@ -30,6 +30,26 @@ pub(super) fn check_source(s: &str) -> Result<IpAddr, String> {
     s.parse().map_err(|_| format!("{s:?} is not an IP address"))
 }
 
+/// The most subnets `responder.allow` may list.
+pub const MAX_ALLOW_SUBNETS: usize = 1024;
+
+/// `responder.allow`: source subnets, `ADDR/PREFIX` or `ADDR`, at least one
+/// (leave the key out to answer every source).
+pub(super) fn check_allow(list: &[String]) -> Result<Vec<rdma_probe::Subnet>, String> {
+    if list.is_empty() {
+        return Err(
+            "an empty list would answer no one: leave it out to answer every source".to_owned(),
+        );
+    }
+    if list.len() > MAX_ALLOW_SUBNETS {
+        return Err(format!(
+            "{} subnets: at most {MAX_ALLOW_SUBNETS}",
+            list.len()
+        ));
+    }
+    list.iter().map(|s| s.trim().parse()).collect()
+}
+
 /// `mesh.listen`: `ADDR[:PORT]`, or `""` for no UD responder.
 pub(super) fn check_mesh_listen(s: &str) -> Result<Option<SocketAddr>, String> {
     if s.is_empty() {

@@ -6,6 +6,8 @@ use std::{
     time::Duration,
 };
 
+use rdma_probe::Subnet;
+
 use super::{
     cli::{LogFormat, ProbeModeSetting},
     DEFAULT_FLEET_LISTEN, DEFAULT_LISTEN, DEFAULT_RING_BUFFER_BYTES,
@@ -56,9 +58,35 @@ pub struct Settings {
     /// `[responder]` or `--responder-listen` was given (else fleet mode
     /// defaults the responder to [`DEFAULT_FLEET_LISTEN`]).
     pub responder_configured: bool,
+    /// Who may talk to the RC responder (and, `allow`, to the UD one).
+    pub responder: ResponderSettings,
     pub targets: Vec<Target>,
     /// `[mesh]`: fleet mode.
     pub mesh: Option<MeshSettings>,
+}
+
+/// `[responder]`'s limits on its peers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponderSettings {
+    /// Open RC connections at most.
+    pub max_connections: usize,
+    /// Open RC connections of one source address at most.
+    pub max_per_source: usize,
+    /// An RC connection with no probe for this long is closed.
+    pub idle_timeout: Duration,
+    /// Source subnets both responders answer; empty: every source.
+    pub allow: Vec<Subnet>,
+}
+
+impl Default for ResponderSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_per_source: 8,
+            idle_timeout: Duration::from_secs(120),
+            allow: Vec::new(),
+        }
+    }
 }
 
 /// Fleet mode: the UD probe mesh, its targets and its responder.
@@ -85,6 +113,8 @@ pub struct MeshSettings {
     /// delays): three more histograms per target, and the probes' send
     /// completions looked up.
     pub rtt_breakdown: bool,
+    /// Probes the UD responder answers per second and source at most.
+    pub answer_rate_per_source: u32,
 }
 
 impl Default for MeshSettings {
@@ -102,6 +132,7 @@ impl Default for MeshSettings {
             discover_expiry: Duration::from_secs(60),
             discover_max_targets: 256,
             rtt_breakdown: true,
+            answer_rate_per_source: rdma_probe::mesh::DEFAULT_ANSWER_RATE_PER_SOURCE as u32,
         }
     }
 }
@@ -126,6 +157,7 @@ impl Default for Settings {
             buckets: Buckets::default(),
             responder_listen: None,
             responder_configured: false,
+            responder: ResponderSettings::default(),
             targets: Vec::new(),
             mesh: None,
         }
