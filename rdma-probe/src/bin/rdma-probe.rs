@@ -101,6 +101,9 @@ struct ResponderArgs {
     /// Reject connect requests beyond this many connections.
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
+    /// Reject connect requests beyond this many connections of one source address.
+    #[arg(long, default_value_t = 8)]
+    max_per_source: usize,
     /// Spin on the CQs instead of sleeping on completion channels.
     #[arg(long)]
     busy_poll: bool,
@@ -190,6 +193,7 @@ fn run_responder(args: ResponderArgs) -> Result<ExitCode> {
     config.accept_timeout = Duration::from_millis(args.accept_timeout_ms);
     config.idle_timeout = Duration::from_millis(args.idle_timeout_ms);
     config.max_connections = args.max_connections;
+    config.max_per_source = args.max_per_source;
     config.poll_mode = poll_mode(args.busy_poll);
 
     // Block SIGINT/SIGTERM before the serving thread starts (it inherits the
