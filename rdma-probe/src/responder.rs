@@ -14,7 +14,8 @@
 //! again and the connection kept (it is not the peer's last chance to send a
 //! probe, and a peer sending only those is still closed on `idle_timeout`,
 //! which only echoes restart); a message longer than the receive buffer
-//! fails the receive and closes the connection (its QP is in error).
+//! fails the receive and closes the connection (its QP is in error); any
+//! failed receive but a flush is counted as such.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -128,7 +129,8 @@ pub struct ResponderStats {
     pub malformed_short: u64,
     /// ... another magic.
     pub malformed_magic: u64,
-    /// ... longer than the receive buffer (the connection is closed).
+    /// ... longer than the receive buffer, or another failed receive (the
+    /// connection is closed).
     pub malformed_too_long: u64,
 }
 
@@ -626,10 +628,16 @@ impl Conn {
             let n = self.cq.poll(&mut wcs)?;
             for wc in &wcs[..n] {
                 if !wc.is_success() {
+                    // LOC_LEN_ERR on hardware; soft-RoCE fails the receive of
+                    // a message above its buffer with another status.
                     if wc.wr_id & SEND_FLAG == 0
-                        && wc.status == rdma_sys::ibv_wc_status::IBV_WC_LOC_LEN_ERR
+                        && wc.status != rdma_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
                     {
                         counters.malformed(MalformedProbe::TooLong);
+                        log::debug!(
+                            "responder: a receive failed ({}): closing the connection",
+                            wc.status_text()
+                        );
                     }
                     return Err(Error::WorkCompletion {
                         step: crate::step::Step::Ping,
