@@ -367,6 +367,30 @@ source "${BASH_SOURCE[0]%/*}/lib/runner.sh"
 source "${BASH_SOURCE[0]%/*}/lib/probe.sh"
 # shellcheck source=lib/load.sh
 source "${BASH_SOURCE[0]%/*}/lib/load.sh"
+# --- Debian's Prometheus, for the scenarios that check what it sees
+
+PROM=${PROM:-127.0.0.1:9090}
+PROM_PID=
+
+# run_prometheus: Prometheus on $PROM with $OUT/prometheus.yml and a fresh
+# TSDB, in the background (its PID in $PROM_PID; stopped and the TSDB removed
+# when the scenario ends); returns at once: it is slow to start under
+# emulation.
+run_prometheus() {
+  local tsdb
+  tsdb=$(mktemp -d /tmp/prom-tsdb.XXXXXX)
+  prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
+    --web.listen-address="$PROM" --log.level=warn >"$OUT/prometheus.log" 2>&1 &
+  PROM_PID=$!
+  on_exit "kill $PROM_PID; wait $PROM_PID; rm -rf $tsdb"
+}
+
+# prom_query EXPR: the instant query's JSON answer.
+prom_query() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
+
+# prom_has EXPR: the instant query has a result.
+prom_has() { prom_query "$1" | jq -e '.data.result | length > 0' >/dev/null 2>&1; }
+
 # shellcheck source=lib/fleet.sh
 source "${BASH_SOURCE[0]%/*}/lib/fleet.sh"
 # shellcheck source=lib/mesh.sh

@@ -263,8 +263,6 @@ fleet_agent_targets() {
 
 # --- Prometheus (on one host, scraping every agent over the link)
 
-PROM=${PROM:-127.0.0.1:9090}
-PROM_PID=
 PROM_ANSWER=
 
 # start_prometheus: Prometheus (Debian's) on 127.0.0.1:9090 scraping every
@@ -272,22 +270,14 @@ PROM_ANSWER=
 # each) with dashboards/rules.yml loaded; returns at once (it is slow to
 # start under emulation: wait for up == 1 with expect_prom).
 start_prometheus() {
-  local tsdb
-  tsdb=$(mktemp -d /tmp/prom-tsdb.XXXXXX)
   {
     printf 'global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\n'
     printf 'rule_files:\n  - %s\n' "$REPO/dashboards/rules.yml"
     printf 'scrape_configs:\n  - job_name: qpwatch\n    static_configs:\n      - targets: [%s]\n' \
       "$(fleet_agent_targets | sed 's/.*/"&"/' | paste -sd, -)"
   } >"$OUT/prometheus.yml"
-  prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
-    --web.listen-address="$PROM" --log.level=warn >"$OUT/prometheus.log" 2>&1 &
-  PROM_PID=$!
-  on_exit "kill $PROM_PID; wait $PROM_PID; rm -rf $tsdb"
+  run_prometheus
 }
-
-# prom_query EXPR: the instant query's JSON answer.
-prom_query() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
 
 # prom_by_instance EXPR: "instance=value ..." (sorted) of the query's result.
 prom_by_instance() {

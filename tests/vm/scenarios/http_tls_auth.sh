@@ -12,7 +12,6 @@
 PASSWORD='correct horse battery staple'
 PORT=9721
 AGENT_ADDR=0.0.0.0:$PORT
-PROM=127.0.0.1:9090
 certs=$OUT/certs
 mkdir -p "$certs"
 (
@@ -34,7 +33,6 @@ printf 'web_config_file = "%s"\n' "$web" >"$OUT/qpwatch.toml"
 checked=$("$BIN/qpwatch" check-config "$OUT/qpwatch.toml" 2>&1) || fail "check-config: $checked"
 log "$checked"
 
-tsdb=$(mktemp -d /tmp/prom-tsdb.XXXXXX)
 printf '%s' "$PASSWORD" >"$OUT/prometheus.password"
 cat >"$OUT/prometheus.yml" <<YML
 global:
@@ -51,10 +49,7 @@ scrape_configs:
     static_configs:
       - targets: ["$RXE_ADDR:$PORT"]
 YML
-prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
-  --web.listen-address="$PROM" --log.level=warn >"$OUT/prometheus.log" 2>&1 &
-prom_pid=$!
-on_exit "kill $prom_pid; wait $prom_pid; rm -rf $tsdb"
+run_prometheus
 
 launch_agent --web-config-file "$web"
 https() { curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$certs/ca.crt" "$@"; }
@@ -76,8 +71,6 @@ first=$(scrape_tls first) || fail "scrape over TLS"
 assert_eq 'qpwatch_http_auth_failures_total{reason="invalid"}' 2 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="invalid"}')"
 assert_eq 'qpwatch_http_auth_failures_total{reason="missing"}' 1 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="missing"}')"
 
-prom_q() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
-prom_has() { prom_q "$1" | jq -e '.data.result | length > 0' >/dev/null 2>&1; }
 WAIT_INTERVAL=1 wait_until 120 prom_has 'up{job="qpwatch"} == 1' || { tail -n 20 "$OUT/prometheus.log"; fail "Prometheus does not scrape the agent over TLS with basic auth"; }
 WAIT_INTERVAL=1 wait_until 30 prom_has 'qpwatch_build_info{job="qpwatch"} == 1' || fail "no qpwatch series in Prometheus"
 log "Prometheus $(curl -fsS "http://$PROM/api/v1/status/buildinfo" | jq -r .data.version) scrapes https://$RXE_ADDR:$PORT with basic auth: up == 1, qpwatch_build_info present"

@@ -26,7 +26,6 @@
 # targets, the label overflow) and those that must not; it repeats until one
 # attempt passes in full (--wait), since the 1m windows fill and the rules
 # take their first evaluations while the scenario runs.
-PROM=127.0.0.1:9090
 cfg=$OUT/qpwatch.toml
 {
   echo "listen = \"$AGENT_ADDR\""
@@ -38,7 +37,6 @@ cfg=$OUT/qpwatch.toml
 } >"$cfg"
 
 # Prometheus (slow to start under emulation) comes up while the agent starts.
-tsdb=$(mktemp -d /tmp/prom-tsdb.XXXXXX)
 cat >"$OUT/prometheus.yml" <<YML
 global:
   scrape_interval: 1s
@@ -51,10 +49,7 @@ scrape_configs:
     static_configs:
       - targets: ["$AGENT_ADDR"]
 YML
-prometheus --config.file="$OUT/prometheus.yml" --storage.tsdb.path="$tsdb" \
-  --web.listen-address="$PROM" --log.level=warn >"$OUT/prometheus.log" 2>&1 &
-prom_pid=$!
-on_exit "kill $prom_pid; wait $prom_pid; rm -rf $tsdb"
+run_prometheus
 
 start_agent --config "$cfg" --bpf-stats --groups qp,cm,kernel-ulp,ib-cm-tracepoints,qp-async-events,rxe-qp-errors
 
@@ -65,8 +60,6 @@ qp_errors=$!
 
 # Polls are slow (curl and jq under emulation, competing with everything
 # else): once a second, not in a tight loop.
-prom_q() { curl -fsS --get "http://$PROM/api/v1/query" --data-urlencode "query=$1" 2>/dev/null; }
-prom_has() { prom_q "$1" | jq -e '.data.result | length > 0' >/dev/null 2>&1; }
 WAIT_INTERVAL=1 wait_until 120 prom_has 'up{job="qpwatch"} == 1' || { tail -n 20 "$OUT/prometheus.log"; fail "Prometheus does not scrape the agent"; }
 log "Prometheus $(curl -fsS "http://$PROM/api/v1/status/buildinfo" | jq -r .data.version) is scraping the agent"
 
@@ -115,8 +108,8 @@ log "check_queries.py exit $rc: $(grep -E '^[0-9]+ expressions' "$OUT/queries.tx
 # The last scrape; then Prometheus and the agent stop, so that promtool (slow
 # to start under emulation) has the CPUs.
 end=$(scrape end)
-kill "$prom_pid"
-wait "$prom_pid" || true
+kill "$PROM_PID"
+wait "$PROM_PID" || true
 stop_agent
 log "series in the scrape: $(grep -vc '^#' "$end")"
 pm_rc=0
