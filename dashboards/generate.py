@@ -545,6 +545,17 @@ def overview():
         "short",
         "Probe responder connections open now (persistent-mode targets keep one each).",
     ), w=4, h=6)
+    b.add(timeseries(
+        "Refused: HTTP endpoint and probe responder",
+        [
+            q("sum by (reason) (rate(qpwatch_http_connections_refused_total{%s}[%s]))" % (SEL, RI), "http {{reason}}"),
+            q("sum by (reason) (rate(qpwatch_http_auth_failures_total{%s}[%s]))" % (SEL, RI), "http auth {{reason}}"),
+            q("sum by (reason) (rate(qpwatch_responder_refused_total{%s}[%s]))" % (SEL, RI), "responder {{reason}}"),
+            q("sum by (reason) (rate(qpwatch_responder_malformed_total{%s}[%s]))" % (SEL, RI), "responder malformed {{reason}}"),
+        ],
+        "ops",
+        "What the agent turned away per second (README \"Security\"): HTTP connections over a limit or timed out, failed basic auth, probe responder connect requests refused (allow-list, caps) and messages that were not probes. The UD responder's refusals are in the mesh dashboard's \"Dropped messages\".",
+    ), w=12, h=6)
 
     b.row("Agent health")
     b.add(stat(
