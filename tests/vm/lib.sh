@@ -214,6 +214,20 @@ scrape() {
   echo "$file"
 }
 
+# scrape_fresh NAME: a scrape (its file on stdout) whose sysfs counters
+# (ib_cm's, the ports' and drivers') were read after the call: the agent
+# reads them on a timer, so this waits for two more reads (the first may have
+# begun before the call). Start the agent with a short
+# --sysfs-counters-interval.
+scrape_fresh() {
+  local reads
+  reads=$(metric "$(scrape "$1")" qpwatch_sysfs_reads_total)
+  WAIT_INTERVAL=0.2 wait_until 60 sysfs_read_since "$reads" "$1" ||
+    fail "the sysfs counters were not read twice within 60 s of the $1 scrape"
+  echo "$OUT/$1.prom"
+}
+sysfs_read_since() { [ "$(metric "$(scrape "$2")" qpwatch_sysfs_reads_total)" -ge $(($1 + 2)) ]; }
+
 # metric FILE SELECTOR: sum of the matching series (see promtext.awk).
 metric() { awk -v sel="$2" -f "$REPO/tests/vm/promtext.awk" "$1"; }
 

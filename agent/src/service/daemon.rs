@@ -109,8 +109,12 @@ pub async fn run(
     let mut metrics =
         Metrics::with_target_labels(&settings.buckets, &kernel_release(), target_labels);
     metrics
-        .register_sysfs_counters(ib_cm::SYSFS_DIR, settings.limits.max_device_labels)
-        .context("registering the sysfs counters")?;
+        .register_sysfs_counters(
+            ib_cm::SYSFS_DIR,
+            settings.limits.max_device_labels,
+            settings.sysfs_counters_interval,
+        )
+        .context("setting up the sysfs counters")?;
     let sink: Option<Box<dyn EventSink>> = match mode {
         Mode::Events => Some(Box::new(JsonLines::new(std::io::stdout()))),
         Mode::Serve => None,
@@ -413,6 +417,10 @@ fn reload(old: &Settings, new: &Settings) {
             old.groups != new.groups || old.ring_buffer_bytes != new.ring_buffer_bytes,
         ),
         ("limits", old.limits != new.limits),
+        (
+            "sysfs_counters",
+            old.sysfs_counters_interval != new.sysfs_counters_interval,
+        ),
         ("buckets", old.buckets != new.buckets),
         (
             "log_level/log_format",

@@ -22,7 +22,7 @@
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs the switch (three hosts)"
 h2=$(fleet_host_addr 2)
 HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
-launch_agent
+launch_agent --sysfs-counters-interval 1
 wait_agent_ready 180
 [ "$HOST_INDEX" = 1 ] && start_events
 base=$(scrape base)
@@ -60,7 +60,7 @@ case $HOST_INDEX in
     created=$(($(metric "$(scrape created)" 'qpwatch_qp_created_total{device="rxe0",qp_type="RC"}') - $(metric "$base" 'qpwatch_qp_created_total{device="rxe0",qp_type="RC"}')))
     wait_for_metric 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}' \
       $(($(metric "$base" 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}') + created)) || fail "h1: not all $created destroys seen"
-    after=$(scrape after)
+    after=$(scrape_fresh after)
     assert_eq "h1: ib_write_bw's RC QPs created (and destroyed)" 2 "$created"
     assert_eq "h1: entries into ERR" 1 "$(delta "$base" "$after" 'qpwatch_qp_errors_total')"
     assert_eq "h1: entries requested by the owner" 0 "$(delta "$base" "$after" 'qpwatch_qp_errors_total{cause="requested"}')"

@@ -9,15 +9,15 @@
 # The agent also runs the opt-in ib-cm-tracepoints group here (the ib_cma:*
 # tracepoints, which pin ib_cm); ib_cm's own message counters (sysfs) must
 # agree with it.
-start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints
+start_agent --groups qp,cm,kernel-ulp,ib-cm-tracepoints --sysfs-counters-interval 1
 start_events
-base=$(scrape base)
+base=$(scrape_fresh base)
 
 rping_once 5
 
 ids_base=$(metric "$base" 'qpwatch_cm_ids')
 wait_for_metric 'qpwatch_cm_ids' "$ids_base" || fail "CM ids not all destroyed"
-after=$(scrape after)
+after=$(scrape_fresh after)
 ev() { delta "$base" "$after" "qpwatch_cm_events_total{event=\"$1\"}"; }
 assert_eq "CONNECT_REQUEST events" 1 "$(ev CONNECT_REQUEST)"
 assert_eq "ESTABLISHED events" 1 "$(ev ESTABLISHED)"
@@ -57,7 +57,7 @@ joined_modifies=$(jq -r 'select(.kind == "qp_modify" and .cm_id != null) | .qp_n
 # no listener on this port: the passive side's IB CM rejects the REQ
 rping -c -a "$RXE_ADDR" -p 7471 -C 1 >"$OUT/rping-refused.log" 2>&1 && fail "connect to a closed port succeeded"
 wait_for_metric 'qpwatch_cm_errors_total{event="REJECTED"}' 1 || fail "REJECTED not counted"
-end=$(scrape end)
+end=$(scrape_fresh end)
 assert_eq "REJECTED with reject reason 8 (invalid service id)" 1 "$(delta "$after" "$end" 'qpwatch_cm_events_total{event="REJECTED",status="reject_8"}')"
 assert_eq "no-listener IB CM errors (ib_cma tracepoint)" 1 "$(delta "$after" "$end" 'qpwatch_tracepoint_hits_total{tracepoint="ib_cma:icm_no_listener_err"}')"
 assert_eq "IB CM REJ sent (ib_cm's counters)" 1 "$(delta "$after" "$end" 'qpwatch_ib_cm_messages_total{device="rxe0",direction="sent",message="rej"}')"

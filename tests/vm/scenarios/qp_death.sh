@@ -17,7 +17,7 @@
 #                   export; `qpwatch events` shows the dying QP's sequence.
 # The optional hooks (uverbs' QP event handler, soft-RoCE's) are attached,
 # that of a ULP the guest does not load (ib_srp) has no series.
-start_agent
+start_agent --sysfs-counters-interval 1
 start_events
 base=$(scrape base)
 for hook in kprobe:ib_uverbs_qp_event_handler kprobe:rxe_cq_post kprobe:rxe_qp_error; do
@@ -68,7 +68,7 @@ sel='qpwatch_qp_errors_total{cause="completion:RETRY_EXC_ERR"}'
 wait_for_metric "$sel" "$(($(metric "$sqd" "$sel") + 1))" || fail "the QP's entry into ERR not counted with its cause"
 wait_for_metric 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}' \
   $(($(metric "$sqd" 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}') + 2)) || fail "qp_die.py's destroys not seen"
-died=$(scrape retry-exceeded)
+died=$(scrape_fresh retry-exceeded)
 assert_eq "completion errors RETRY_EXC_ERR" 1 "$(delta "$sqd" "$died" 'qpwatch_qp_completion_errors_total{device="rxe0",status="RETRY_EXC_ERR"}')"
 assert_eq "completion errors of any status" 1 "$(delta "$sqd" "$died" 'qpwatch_qp_completion_errors_total')"
 assert_eq "entries into ERR (retry-exceeded)" 1 "$(delta "$sqd" "$died" 'qpwatch_qp_errors_total')"

@@ -11,14 +11,17 @@
 //! summed as `device="other"`. Counter names come from the driver's fixed
 //! table, so they are bounded without a cap of ours.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Weak},
+};
 
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, sanitize, CounterFiles};
+use super::sysfs::{counter_family, entries, sanitize, CounterFiles, Refresh};
 
 pub const PORT_IB_STATS: &str = "qpwatch_port_ib_stats_total";
 const PORT_IB_STATS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
@@ -53,7 +56,9 @@ type Key = (&'static str, Option<String>, String);
 /// Reads every device's counters under `dir` (normally
 /// [`super::ib_cm::SYSFS_DIR`]).
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    readings(&counter_files(dir, max_devices))
+    let files = counter_files(dir, max_devices);
+    files.refresh();
+    readings(&files)
 }
 
 fn counter_files(dir: &Path, max_devices: usize) -> CounterFiles<Key> {
@@ -62,7 +67,7 @@ fn counter_files(dir: &Path, max_devices: usize) -> CounterFiles<Key> {
 
 fn readings(files: &CounterFiles<Key>) -> Vec<Reading> {
     files
-        .read()
+        .values()
         .into_iter()
         .map(|(device, (metric, port, counter), value)| Reading {
             metric,
@@ -106,9 +111,10 @@ fn device_counters(device: &Path) -> Vec<(Key, PathBuf)> {
     counters
 }
 
-/// A collector that reads the counters when the registry is gathered.
+/// A collector of the values the counter files held when last read (see
+/// [`super::sysfs::Refresher`]).
 pub struct DeviceCounters {
-    files: CounterFiles<Key>,
+    files: Arc<CounterFiles<Key>>,
     descs: [Desc; 3],
 }
 
@@ -130,9 +136,17 @@ impl DeviceCounters {
                 .expect("valid metric")
         };
         Self {
-            files: counter_files(&dir.into(), max_devices),
+            files: Arc::new(counter_files(&dir.into(), max_devices)),
             descs: FAMILIES.map(desc),
         }
+    }
+}
+
+impl DeviceCounters {
+    /// Its counter files, for the refresher to read.
+    pub(super) fn source(&self) -> Weak<dyn Refresh> {
+        let files: Arc<dyn Refresh> = self.files.clone();
+        Arc::downgrade(&files)
     }
 }
 
@@ -295,9 +309,14 @@ mod tests {
             &[("sent_pkts", "12")],
         );
         let registry = prometheus::Registry::new();
-        registry
-            .register(Box::new(DeviceCounters::new(dir.path(), 64)))
-            .unwrap();
+        let collector = DeviceCounters::new(dir.path(), 64);
+        let files = collector.source().upgrade().unwrap();
+        registry.register(Box::new(collector)).unwrap();
+        assert!(
+            !crate::export::metrics::render(&registry).contains(PORT_HW_STATS),
+            "nothing read yet, nothing exported"
+        );
+        files.refresh();
         let text = crate::export::metrics::render(&registry);
         assert!(
             text.contains(
@@ -310,6 +329,11 @@ mod tests {
             "no series, no family: {text}"
         );
         fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
+        assert!(
+            crate::export::metrics::render(&registry).contains(PORT_HW_STATS),
+            "a scrape reads nothing: the last values read"
+        );
+        files.refresh();
         assert!(!crate::export::metrics::render(&registry).contains(PORT_HW_STATS));
     }
 
@@ -320,6 +344,7 @@ mod tests {
         counters(&rxe0, &[("sent_pkts", "12")]);
         let collector = DeviceCounters::new(dir.path(), 64);
         let value = |device: &str| {
+            collector.files.refresh();
             find(
                 &readings(&collector.files),
                 PORT_HW_STATS,
@@ -332,6 +357,7 @@ mod tests {
         counters(&rxe0, &[("sent_pkts", "13")]);
         assert_eq!(value("rxe0"), Some(13), "read again in place");
         counters(&rxe0, &[("rcvd_pkts", "4")]);
+        collector.files.refresh();
         let names: Vec<_> = readings(&collector.files)
             .into_iter()
             .map(|r| r.counter)

@@ -7,14 +7,17 @@
 //!
 //! The daemon registers it with [`super::Metrics::register_sysfs_counters`].
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Weak},
+};
 
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
 
-use super::sysfs::{counter_family, entries, sanitize, CounterFiles};
+use super::sysfs::{counter_family, entries, sanitize, CounterFiles, Refresh};
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
 
@@ -51,7 +54,9 @@ pub struct Reading {
 /// the device), those beyond the first `max_devices` in name order are
 /// summed as `device="other"`.
 pub fn read(dir: &Path, max_devices: usize) -> Vec<Reading> {
-    readings(&counter_files(dir, max_devices))
+    let files = counter_files(dir, max_devices);
+    files.refresh();
+    readings(&files)
 }
 
 /// (metric, port, direction, message)
@@ -63,7 +68,7 @@ fn counter_files(dir: &Path, max_devices: usize) -> CounterFiles<Key> {
 
 fn readings(files: &CounterFiles<Key>) -> Vec<Reading> {
     files
-        .read()
+        .values()
         .into_iter()
         .map(
             |(device, (metric, port, direction, message), value)| Reading {
@@ -107,9 +112,10 @@ fn device_counters(device: &Path) -> Vec<(Key, PathBuf)> {
     counters
 }
 
-/// A collector that reads the counters when the registry is gathered.
+/// A collector of the values the counter files held when last read (see
+/// [`super::sysfs::Refresher`]).
 pub struct IbCmCounters {
-    files: CounterFiles<Key>,
+    files: Arc<CounterFiles<Key>>,
     descs: [Desc; 2],
 }
 
@@ -126,9 +132,17 @@ impl IbCmCounters {
             .expect("valid metric")
         };
         Self {
-            files: counter_files(&dir.into(), max_devices),
+            files: Arc::new(counter_files(&dir.into(), max_devices)),
             descs: [desc(MESSAGES, MESSAGES_HELP), desc(REPEATED, REPEATED_HELP)],
         }
+    }
+}
+
+impl IbCmCounters {
+    /// Its counter files, for the refresher to read.
+    pub(super) fn source(&self) -> Weak<dyn Refresh> {
+        let files: Arc<dyn Refresh> = self.files.clone();
+        Arc::downgrade(&files)
     }
 }
 
@@ -219,9 +233,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         port(dir.path(), "rxe0", "1", "cm_tx_msgs", &[("req", 3)]);
         let registry = prometheus::Registry::new();
-        registry
-            .register(Box::new(IbCmCounters::new(dir.path(), 64)))
-            .unwrap();
+        let collector = IbCmCounters::new(dir.path(), 64);
+        let files = collector.source().upgrade().unwrap();
+        registry.register(Box::new(collector)).unwrap();
+        files.refresh();
         let text = crate::export::metrics::render(&registry);
         assert!(
             text.contains(
@@ -232,6 +247,7 @@ mod tests {
         assert!(!text.contains(REPEATED), "no series, no family: {text}");
         // the device went away: so do its series
         fs::remove_dir_all(dir.path().join("rxe0")).unwrap();
+        files.refresh();
         assert!(!crate::export::metrics::render(&registry).contains(MESSAGES));
     }
 }

@@ -28,8 +28,9 @@ pub mod qp_errors;
 mod registrar;
 pub mod responder;
 mod sysfs;
+mod sysfs_reads;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use prometheus::Registry;
 
@@ -105,20 +106,25 @@ impl Metrics {
     }
 
     /// Adds the counters read from sysfs under `dir` (normally
-    /// [`ib_cm::SYSFS_DIR`]) at each scrape: ib_cm's per-port message
-    /// counters and every device's port and driver counters.
+    /// [`ib_cm::SYSFS_DIR`]): ib_cm's per-port message counters and every
+    /// device's port and driver counters, read now and then every
+    /// `interval` on a thread of their own.
     pub fn register_sysfs_counters(
         &mut self,
         dir: impl Into<PathBuf>,
         max_devices: usize,
-    ) -> prometheus::Result<()> {
+        interval: Duration,
+    ) -> Result<(), SysfsCountersError> {
         let dir = dir.into();
+        let ib_cm = ib_cm::IbCmCounters::new(&dir, max_devices);
+        let devices = device_counters::DeviceCounters::new(dir, max_devices);
+        let sources = vec![ib_cm.source(), devices.source()];
         let mut r = Registrar::new(&self.registry, &mut self.families);
-        r.try_register(Box::new(ib_cm::IbCmCounters::new(&dir, max_devices)))?;
-        r.try_register(Box::new(device_counters::DeviceCounters::new(
-            dir,
-            max_devices,
-        )))
+        r.try_register(Box::new(ib_cm))?;
+        r.try_register(Box::new(devices))?;
+        let reads = sysfs_reads::SysfsReadMetrics::new(&mut r);
+        sysfs::Refresher::new(sources, reads).start(interval)?;
+        Ok(())
     }
 
     /// The names of the registered metric families (`process_*` included).
@@ -204,6 +210,15 @@ impl Observer for Metrics {
     fn tracked_qps(&mut self, count: usize) {
         self.limits.tracked_qps(count);
     }
+}
+
+/// Why the sysfs counters could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsCountersError {
+    #[error("registering the sysfs counter families: {0}")]
+    Register(#[from] prometheus::Error),
+    #[error("starting the thread that reads the sysfs counters: {0}")]
+    Thread(#[from] std::io::Error),
 }
 
 /// Renders the registry in the Prometheus text format.

@@ -7,8 +7,8 @@
 //! every test building a `Metrics` catches.
 
 use prometheus::{
-    core::Collector, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry,
+    core::Collector, Counter, CounterVec, Gauge, Histogram, HistogramOpts, HistogramVec,
+    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 pub struct Registrar<'a> {
@@ -48,12 +48,22 @@ impl<'a> Registrar<'a> {
     }
 
     /// A counter of fractional values (seconds).
+    pub fn float_counter(&mut self, name: &str, help: &str) -> Counter {
+        self.register(Counter::new(name, help).expect("valid metric"))
+    }
+
+    /// A counter of fractional values (seconds), by label.
     pub fn float_counter_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
         self.register(CounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
     }
 
     pub fn gauge(&mut self, name: &str, help: &str) -> IntGauge {
         self.register(IntGauge::new(name, help).expect("valid metric"))
+    }
+
+    /// A gauge of fractional values (a Unix time).
+    pub fn float_gauge(&mut self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help).expect("valid metric"))
     }
 
     pub fn gauge_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {

@@ -554,7 +554,7 @@ const README: &str = include_str!("../../../../README.md");
 /// `Metrics::new`) included.
 fn all_families() -> Vec<String> {
     let mut m = Metrics::new(&Buckets::default(), "k");
-    m.register_sysfs_counters("/nonexistent", 1)
+    m.register_sysfs_counters("/nonexistent", 1, std::time::Duration::from_secs(5))
         .expect("registered once");
     m.families().to_vec()
 }

@@ -15,8 +15,8 @@ use super::{
         MESH_ANSWER_RATE, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
         MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
         RESPONDER_IDLE_TIMEOUT, RESPONDER_MAX_CONNECTIONS, RESPONDER_MAX_PER_SOURCE,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        RING_BUFFER_BYTES, SYSFS_COUNTERS_INTERVAL, TARGET_INTERVAL, TARGET_JITTER,
+        TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     rules::{
         check_allow, check_buckets, check_groups, check_listen, check_log_level, check_mesh_listen,
@@ -81,6 +81,7 @@ pub(super) struct Input {
     pub reconcile: Option<bool>,
     pub bpf_stats: Option<bool>,
     pub module_poll_interval: Option<Given<f64>>,
+    pub sysfs_counters_interval: Option<Given<f64>>,
     pub ring_buffer_bytes: Option<Given<i64>>,
     pub btf_dir: Option<PathBuf>,
     pub max_tracked_qps: Option<Given<i64>>,
@@ -249,6 +250,11 @@ impl Input {
             &mut s.module_poll_interval,
             &self.module_poll_interval,
             |v| MODULE_POLL_INTERVAL.seconds(*v),
+        )?;
+        set(
+            &mut s.sysfs_counters_interval,
+            &self.sysfs_counters_interval,
+            |v| SYSFS_COUNTERS_INTERVAL.seconds(*v),
         )?;
         set(&mut s.ring_buffer_bytes, &self.ring_buffer_bytes, |v| {
             RING_BUFFER_BYTES.integer(*v).map(|v| v as u32)
@@ -462,6 +468,10 @@ impl RunArgs {
             reconcile: self.no_reconcile.then_some(false),
             bpf_stats: self.bpf_stats.then_some(true),
             module_poll_interval: seconds(&MODULE_POLL_INTERVAL, self.module_poll_interval),
+            sysfs_counters_interval: seconds(
+                &SYSFS_COUNTERS_INTERVAL,
+                self.sysfs_counters_interval,
+            ),
             ring_buffer_bytes: limited(&RING_BUFFER_BYTES, self.ring_buffer_bytes),
             btf_dir: self.btf_dir.clone(),
             max_tracked_qps: limited(&MAX_TRACKED_QPS, self.max_tracked_qps),

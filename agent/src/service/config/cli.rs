@@ -236,6 +236,9 @@ pub struct RunArgs {
     /// `hooks.module_poll_interval_seconds` [default: 2].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub module_poll_interval: Option<f64>,
+    /// `sysfs_counters.interval_seconds`: how often the kernel's RDMA counters are read from sysfs [default: 5].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub sysfs_counters_interval: Option<f64>,
     /// `hooks.ring_buffer_bytes`: a power of two, 4096 to 1073741824 [default: 1048576].
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub ring_buffer_bytes: Option<i64>,

@@ -22,8 +22,8 @@ use super::{
         MESH_ANSWER_RATE, MESH_DISCOVER_EXPIRY, MESH_DISCOVER_MAX_TARGETS, MESH_INTERVAL,
         MESH_MAX_TARGETS, MESH_TARGETS_FILE_CHECK, MESH_TIMEOUT, MODULE_POLL_INTERVAL,
         RESPONDER_IDLE_TIMEOUT, RESPONDER_MAX_CONNECTIONS, RESPONDER_MAX_PER_SOURCE,
-        RING_BUFFER_BYTES, TARGET_INTERVAL, TARGET_JITTER, TARGET_MESSAGE_SIZE, TARGET_PINGS,
-        TARGET_TIMEOUT,
+        RING_BUFFER_BYTES, SYSFS_COUNTERS_INTERVAL, TARGET_INTERVAL, TARGET_JITTER,
+        TARGET_MESSAGE_SIZE, TARGET_PINGS, TARGET_TIMEOUT,
     },
     settings::Settings,
 };
@@ -53,6 +53,8 @@ struct FileConfig {
     hooks: FileHooks,
     #[serde(default)]
     limits: FileLimits,
+    #[serde(default)]
+    sysfs_counters: FileSysfsCounters,
     #[serde(default)]
     buckets: FileBuckets,
     responder: Option<FileResponder>,
@@ -100,6 +102,12 @@ struct FileHooks {
     module_poll_interval_seconds: Option<Spanned<f64>>,
     ring_buffer_bytes: Option<Spanned<i64>>,
     btf_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSysfsCounters {
+    interval_seconds: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -275,6 +283,11 @@ impl FileConfig {
                 &MODULE_POLL_INTERVAL,
                 None,
                 &h.module_poll_interval_seconds,
+            ),
+            sysfs_counters_interval: cx.limited(
+                &SYSFS_COUNTERS_INTERVAL,
+                None,
+                &self.sysfs_counters.interval_seconds,
             ),
             ring_buffer_bytes: cx.limited(&RING_BUFFER_BYTES, None, &h.ring_buffer_bytes),
             btf_dir: h.btf_dir.clone(),

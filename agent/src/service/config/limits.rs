@@ -27,7 +27,7 @@ pub enum Range {
 /// A bounded number: where it is set and what it may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
-    /// The file's section: `hooks`, `limits`, `mesh`, `http`, or `targets` (a key of each
+    /// The file's section: `hooks`, `limits`, `mesh`, `http`, `sysfs_counters`, or `targets` (a key of each
     /// `[[targets]]`, named `targets[N].key` in errors).
     pub section: &'static str,
     /// The key in that section.
@@ -60,6 +60,14 @@ pub const MODULE_POLL_INTERVAL: Limit = Limit {
     key: "module_poll_interval_seconds",
     flag: Some("--module-poll-interval"),
     range: Range::Seconds { min: 0.0, max: DAY },
+    unit: "seconds",
+};
+
+pub const SYSFS_COUNTERS_INTERVAL: Limit = Limit {
+    section: "sysfs_counters",
+    key: "interval_seconds",
+    flag: Some("--sysfs-counters-interval"),
+    range: Range::Seconds { min: 1.0, max: DAY },
     unit: "seconds",
 };
 
@@ -326,9 +334,10 @@ pub const MESH_ANSWER_RATE: Limit = Limit {
 };
 
 /// Every bounded number of the configuration.
-pub const LIMITS: [Limit; 28] = [
+pub const LIMITS: [Limit; 29] = [
     RING_BUFFER_BYTES,
     MODULE_POLL_INTERVAL,
+    SYSFS_COUNTERS_INTERVAL,
     MAX_TRACKED_QPS,
     MAX_DEVICE_LABELS,
     MAX_PROCESS_LABELS,
@@ -477,6 +486,7 @@ mod tests {
         }
         for (limit, value) in [
             (MODULE_POLL_INTERVAL, s.module_poll_interval),
+            (SYSFS_COUNTERS_INTERVAL, s.sysfs_counters_interval),
             (TARGET_INTERVAL, t.interval),
             (TARGET_TIMEOUT, t.timeout),
             (MESH_INTERVAL, m.interval),

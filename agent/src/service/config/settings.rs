@@ -50,6 +50,8 @@ pub struct Settings {
     pub reconcile: bool,
     pub bpf_stats: bool,
     pub module_poll_interval: Duration,
+    /// `[sysfs_counters]`: how often the kernel's counters are read from sysfs.
+    pub sysfs_counters_interval: Duration,
     pub ring_buffer_bytes: u32,
     pub btf_dir: PathBuf,
     pub limits: Limits,
@@ -151,6 +153,7 @@ impl Default for Settings {
             reconcile: true,
             bpf_stats: false,
             module_poll_interval: Duration::from_secs(2),
+            sysfs_counters_interval: Duration::from_secs(5),
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
             btf_dir: PathBuf::from(DEFAULT_BTF_DIR),
             limits: Limits::default(),
