@@ -232,10 +232,6 @@ mod tests {
             h.with_label_values(&["RTS"]).observe(v);
         }
         h.with_label_values(&["INIT"]);
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))
-        .unwrap();
         let (ours, theirs) = both(&r);
         assert_eq!(ours, theirs);
     }

@@ -1,11 +1,248 @@
-//! `process_*`: CPU, memory and file descriptors of the agent, from the
-//! Prometheus process collector.
+//! `process_*`: CPU, memory, threads and file descriptors of the agent, the
+//! families Prometheus's client libraries export. A scrape reads them with
+//! one `pread` of a kept-open `/proc/self/stat`, one listing of
+//! `/proc/self/fd` and `getrlimit` (6 system calls); the prometheus crate's
+//! collector also opened `/proc/PID` and read and parsed `/proc/PID/limits`
+//! each time, and counted CPU time in whole seconds.
 
-use prometheus::process_collector::ProcessCollector;
+use std::{
+    fs::{self, File},
+    os::unix::fs::FileExt,
+};
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::{Counter, Gauge, Metric, MetricFamily, MetricType},
+};
 
 use super::Registrar;
 
 pub fn register(r: &mut Registrar) {
-    r.try_register(Box::new(ProcessCollector::for_self()))
+    r.try_register(Box::new(ProcessCollector::new()))
         .expect("unique metric");
+}
+
+const CPU: (&str, &str) = (
+    "process_cpu_seconds_total",
+    "Total user and system CPU time spent in seconds.",
+);
+const OPEN_FDS: (&str, &str) = ("process_open_fds", "Number of open file descriptors.");
+const MAX_FDS: (&str, &str) = (
+    "process_max_fds",
+    "Maximum number of open file descriptors.",
+);
+const VSIZE: (&str, &str) = (
+    "process_virtual_memory_bytes",
+    "Virtual memory size in bytes.",
+);
+const RSS: (&str, &str) = (
+    "process_resident_memory_bytes",
+    "Resident memory size in bytes.",
+);
+const START_TIME: (&str, &str) = (
+    "process_start_time_seconds",
+    "Start time of the process since unix epoch in seconds.",
+);
+const THREADS: (&str, &str) = ("process_threads", "Number of OS threads in the process.");
+
+const FAMILIES: [(&str, &str); 7] = [CPU, OPEN_FDS, MAX_FDS, VSIZE, RSS, START_TIME, THREADS];
+
+/// The fields of `/proc/self/stat` that are exported (proc(5)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stat {
+    /// utime + stime, in clock ticks
+    cpu_ticks: u64,
+    threads: u64,
+    /// since boot, in clock ticks
+    start_ticks: u64,
+    vsize_bytes: u64,
+    rss_pages: u64,
+}
+
+/// Parses a `/proc/PID/stat` line. The command name (field 2) is in
+/// parentheses and may hold spaces and parentheses itself: the fields
+/// counted from the last `)`.
+fn parse_stat(line: &str) -> Option<Stat> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // fields[0] is field 3 (state)
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some(Stat {
+        cpu_ticks: field(14)? + field(15)?,
+        threads: field(20)?,
+        start_ticks: field(22)?,
+        vsize_bytes: field(23)?,
+        rss_pages: field(24)?,
+    })
+}
+
+/// `btime` of `/proc/stat`: the boot time, in seconds since the epoch.
+fn boot_time(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+}
+
+struct ProcessCollector {
+    stat: Option<File>,
+    ticks_per_second: f64,
+    page_bytes: f64,
+    start_time: Option<f64>,
+    descs: Vec<Desc>,
+}
+
+impl ProcessCollector {
+    fn new() -> Self {
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        // SAFETY: as above.
+        let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as f64;
+        let stat = File::open("/proc/self/stat").ok();
+        let start_time = stat.as_ref().and_then(read_stat).and_then(|s| {
+            let boot = boot_time(&fs::read_to_string("/proc/stat").ok()?)?;
+            Some(boot as f64 + s.start_ticks as f64 / ticks_per_second)
+        });
+        let descs = FAMILIES
+            .iter()
+            .map(|(name, help)| {
+                Desc::new(
+                    (*name).to_owned(),
+                    (*help).to_owned(),
+                    Vec::new(),
+                    Default::default(),
+                )
+                .expect("valid metric")
+            })
+            .collect();
+        Self {
+            stat,
+            ticks_per_second,
+            page_bytes,
+            start_time,
+            descs,
+        }
+    }
+}
+
+fn read_stat(file: &File) -> Option<Stat> {
+    let mut buf = [0u8; 1024];
+    let len = file.read_at(&mut buf, 0).ok()?;
+    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
+}
+
+fn open_fds() -> Option<f64> {
+    Some(fs::read_dir("/proc/self/fd").ok()?.count() as f64)
+}
+
+fn max_fds() -> Option<f64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
+        .then_some(limit.rlim_cur as f64)
+}
+
+fn family((name, help): (&str, &str), value: f64) -> MetricFamily {
+    let mut m = Metric::default();
+    let mut family = MetricFamily::default();
+    if name == CPU.0 {
+        let mut counter = Counter::default();
+        counter.set_value(value);
+        m.set_counter(counter);
+        family.set_field_type(MetricType::COUNTER);
+    } else {
+        let mut gauge = Gauge::default();
+        gauge.set_value(value);
+        m.set_gauge(gauge);
+        family.set_field_type(MetricType::GAUGE);
+    }
+    family.set_name(name.to_owned());
+    family.set_help(help.to_owned());
+    family.set_metric(vec![m]);
+    family
+}
+
+impl Collector for ProcessCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let stat = self.stat.as_ref().and_then(read_stat);
+        [
+            (
+                CPU,
+                stat.map(|s| s.cpu_ticks as f64 / self.ticks_per_second),
+            ),
+            (OPEN_FDS, open_fds()),
+            (MAX_FDS, max_fds()),
+            (VSIZE, stat.map(|s| s.vsize_bytes as f64)),
+            (RSS, stat.map(|s| s.rss_pages as f64 * self.page_bytes)),
+            (START_TIME, self.start_time),
+            (THREADS, stat.map(|s| s.threads as f64)),
+        ]
+        .into_iter()
+        .filter_map(|(family_desc, value)| Some(family(family_desc, value?)))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_stat_line_whose_command_has_spaces_and_parentheses() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 5000 0 0 0 250 75 0 0 20 0 7 0 123456 104857600 3000 18446744073709551615 1 1 0 0 0 0 0 4096 17475 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                cpu_ticks: 325,
+                threads: 7,
+                start_ticks: 123456,
+                vsize_bytes: 104857600,
+                rss_pages: 3000,
+            })
+        );
+        assert_eq!(parse_stat("4242 (truncated) S 1 2"), None);
+        assert_eq!(
+            boot_time("cpu  1 2 3\nbtime 1796400000\nprocesses 9\n"),
+            Some(1796400000)
+        );
+    }
+
+    #[test]
+    fn exports_the_agents_own_figures() {
+        let registry = prometheus::Registry::new();
+        registry
+            .register(Box::new(ProcessCollector::new()))
+            .unwrap();
+        let text = crate::export::metrics::render(&registry);
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+        };
+        let threads = fs::read_dir("/proc/self/task").unwrap().count() as f64;
+        assert!(value("process_threads") >= 1.0 && value("process_threads") <= threads + 8.0);
+        assert!(value("process_resident_memory_bytes") > 1e6);
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let start = value("process_start_time_seconds");
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "{start} vs {now}"
+        );
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+    }
 }
