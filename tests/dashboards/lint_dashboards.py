@@ -82,7 +82,7 @@ def registered_metrics(text):
     &["a", "b"]), r.histogram("name", "help", &buckets) etc."""
     found = {}
     for kind, name, labels in re.findall(
-        r'\.(counter|float_counter|gauge|histogram)(?:_vec)?\(\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",?\s*(?:&\[([^\]]*)\])?', text
+        r'\.(counter|float_counter|gauge|float_gauge|histogram)(?:_vec)?\(\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",?\s*(?:&\[([^\]]*)\])?', text
     ):
         found[name] = ("counter" if kind.endswith("counter") else kind, set(re.findall(r'"(\w+)"', labels)))
     return found
