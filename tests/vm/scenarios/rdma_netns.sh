@@ -47,11 +47,11 @@ make_ns || fail "cannot make $NS"
 log "rdma dev set rxe0 netns $NS: $(rdma dev set rxe0 netns "$NS" 2>&1 && echo moved)"
 assert_eq "devices listed in $NS" 0 "$(in_ns rdma -j dev show | jq length)"
 start_rping_connection
-BIN=$OUT/ns-bin start_agent
+BIN=$OUT/ns-bin start_agent --sysfs-counters-interval 1
 grep -q 'WARN.*RDMA netns mode is exclusive.* listed=$' "$OUT/agent.log" || fail "exclusive: the agent's log does not say what it cannot see"
 log "agent: $(grep -o 'RDMA netns mode is exclusive[^;]*' "$OUT/agent.log")"
 grep -q 'reconciled existing QPs adopted=0 dropped=0 listed=0' "$OUT/agent.log" || fail "exclusive: $(grep 'reconciled existing QPs' "$OUT/agent.log")"
-base=$(scrape exclusive)
+base=$(scrape_fresh exclusive)
 assert_eq "exclusive: QPs adopted" 0 "$(metric "$base" 'qpwatch_qps')"
 assert_eq "exclusive: rxe0 counter series" 0 "$(series_count "$base" 'qpwatch_port_hw_stats_total')"
 assert_eq "exclusive: QP hooks attached" 1 "$(metric "$base" 'qpwatch_hook_attached{hook="kprobe:ib_create_qp_user"}')"

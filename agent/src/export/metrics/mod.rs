@@ -107,8 +107,9 @@ impl Metrics {
 
     /// Adds the counters read from sysfs under `dir` (normally
     /// [`ib_cm::SYSFS_DIR`]): ib_cm's per-port message counters and every
-    /// device's port and driver counters, read now and then every
-    /// `interval` on a thread of their own.
+    /// device's port and driver counters, read at once and then every
+    /// `interval` on a thread of their own (until the first read, a scrape
+    /// has none of them).
     pub fn register_sysfs_counters(
         &mut self,
         dir: impl Into<PathBuf>,

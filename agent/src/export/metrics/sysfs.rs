@@ -212,16 +212,16 @@ impl Refresher {
         !sources.is_empty()
     }
 
-    /// Reads now, then every `interval` on a thread of its own until the
-    /// collectors are dropped.
+    /// Reads at once, then every `interval`, on a thread of its own until
+    /// the collectors are dropped. The caller does not wait for the first
+    /// read: a read that hangs (a driver waiting on its device) must not
+    /// hold up the agent's start.
     pub fn start(self, interval: Duration) -> std::io::Result<()> {
-        self.refresh();
         thread::Builder::new()
             .name("sysfs-counters".to_owned())
-            .spawn(move || loop {
-                thread::sleep(interval);
-                if !self.refresh() {
-                    return;
+            .spawn(move || {
+                while self.refresh() {
+                    thread::sleep(interval);
                 }
             })
             .map(drop)
@@ -332,6 +332,11 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} in {text}"))
         };
         let sent = r#"qpwatch_port_hw_stats_total{counter="sent_pkts",device="rxe0",port="1"}"#;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !render(&registry).contains(sent) {
+            assert!(Instant::now() < deadline, "not read at start");
+            thread::sleep(Duration::from_millis(5));
+        }
         let text = render(&registry);
         assert_eq!(sample(&text, sent), 1.0, "read at start: {text}");
         assert!(sample(&text, "qpwatch_sysfs_reads_total") >= 1.0);

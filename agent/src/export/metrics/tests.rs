@@ -660,3 +660,37 @@ fn the_readme_scan_finds_names_prefixes_and_skips_recording_rules() {
         ]
     );
 }
+
+/// A sysfs read that hangs (here: a FIFO with no writer, whose open blocks)
+/// holds up neither the agent's start nor its scrapes: the sysfs series are
+/// missing until a read completes.
+#[test]
+fn a_hanging_sysfs_read_holds_up_neither_start_nor_scrapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let hw = dir.path().join("rxe0/ports/1/hw_counters");
+    std::fs::create_dir_all(&hw).unwrap();
+    let fifo = hw.join("sent_pkts");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let (done, started) = std::sync::mpsc::channel();
+    let root = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let mut m = Metrics::new(&Buckets::default(), "k");
+        m.register_sysfs_counters(&root, 64, Duration::from_secs(5))
+            .unwrap();
+        done.send(render(&m.registry)).unwrap();
+    });
+    let text = started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("start-up and a scrape while the read hangs");
+    assert_eq!(value(&text, "qpwatch_sysfs_reads_total"), Some(0.0));
+    assert!(!text.contains("qpwatch_port_hw_stats_total"), "{text}");
+    // Let the reader go, if it is still there (it leaves without opening
+    // the FIFO once the registry is gone): a writer that does not wait.
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo);
+}
