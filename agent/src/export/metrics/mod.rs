@@ -15,6 +15,7 @@ mod build_info;
 pub mod cm;
 pub mod device_counters;
 pub mod events;
+mod family;
 pub mod hooks;
 pub mod http;
 pub mod ib_cm;

@@ -12,10 +12,10 @@ use std::{
 
 use prometheus::{
     core::{Collector, Desc},
-    proto::{Counter, Gauge, Metric, MetricFamily, MetricType},
+    proto::{MetricFamily, MetricType},
 };
 
-use super::Registrar;
+use super::{family::family, Registrar};
 
 pub fn register(r: &mut Registrar) {
     r.try_register(Box::new(ProcessCollector::new()))
@@ -144,26 +144,6 @@ fn max_fds() -> Option<f64> {
         .then_some(limit.rlim_cur as f64)
 }
 
-fn family((name, help): (&str, &str), value: f64) -> MetricFamily {
-    let mut m = Metric::default();
-    let mut family = MetricFamily::default();
-    if name == CPU.0 {
-        let mut counter = Counter::default();
-        counter.set_value(value);
-        m.set_counter(counter);
-        family.set_field_type(MetricType::COUNTER);
-    } else {
-        let mut gauge = Gauge::default();
-        gauge.set_value(value);
-        m.set_gauge(gauge);
-        family.set_field_type(MetricType::GAUGE);
-    }
-    family.set_name(name.to_owned());
-    family.set_help(help.to_owned());
-    family.set_metric(vec![m]);
-    family
-}
-
 impl Collector for ProcessCollector {
     fn desc(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
@@ -184,7 +164,14 @@ impl Collector for ProcessCollector {
             (THREADS, stat.map(|s| s.threads as f64)),
         ]
         .into_iter()
-        .filter_map(|(family_desc, value)| Some(family(family_desc, value?)))
+        .filter_map(|((name, help), value)| {
+            let kind = if name == CPU.0 {
+                MetricType::COUNTER
+            } else {
+                MetricType::GAUGE
+            };
+            family(name, help, kind, [(Vec::new(), value?)])
+        })
         .collect()
     }
 }

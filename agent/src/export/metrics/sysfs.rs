@@ -15,9 +15,9 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use prometheus::proto::{Counter, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{MetricFamily, MetricType};
 
-use super::sysfs_reads::SysfsReadMetrics;
+use super::{family::family, sysfs_reads::SysfsReadMetrics};
 use crate::model::qp::OTHER;
 
 /// The names in `dir`, none if it cannot be read.
@@ -205,11 +205,14 @@ impl Refresher {
         let clock = Instant::now();
         let sources: Vec<Arc<dyn Refresh>> =
             self.sources.iter().filter_map(Weak::upgrade).collect();
+        if sources.is_empty() {
+            return false;
+        }
         for source in &sources {
             source.refresh();
         }
         self.metrics.read(started, clock.elapsed());
-        !sources.is_empty()
+        true
     }
 
     /// Reads at once, then every `interval`, on a thread of its own until
@@ -269,36 +272,14 @@ pub(super) fn counter_family(
     help: &str,
     samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, u64)>,
 ) -> Option<MetricFamily> {
-    let metrics: Vec<Metric> = samples
-        .into_iter()
-        .map(|(labels, value)| {
-            let mut counter = Counter::default();
-            counter.set_value(value as f64);
-            let mut m = Metric::default();
-            m.set_label(
-                labels
-                    .into_iter()
-                    .map(|(name, value)| {
-                        let mut pair = LabelPair::default();
-                        pair.set_name(name.to_owned());
-                        pair.set_value(value);
-                        pair
-                    })
-                    .collect(),
-            );
-            m.set_counter(counter);
-            m
-        })
-        .collect();
-    if metrics.is_empty() {
-        return None;
-    }
-    let mut family = MetricFamily::default();
-    family.set_name(name.to_owned());
-    family.set_help(help.to_owned());
-    family.set_field_type(MetricType::COUNTER);
-    family.set_metric(metrics);
-    Some(family)
+    family(
+        name,
+        help,
+        MetricType::COUNTER,
+        samples
+            .into_iter()
+            .map(|(labels, value)| (labels, value as f64)),
+    )
 }
 
 #[cfg(test)]
