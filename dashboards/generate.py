@@ -643,13 +643,19 @@ def overview():
         "Agent CPU",
         [q("sum by (instance) (rate(process_cpu_seconds_total{%s}[%s]))" % (SEL, RI), "{{instance}}")],
         "percentunit",
-        "Share of one CPU the qpwatch process uses (user + system; Prometheus process collector).",
+        "Share of one CPU the qpwatch process uses (user + system, from /proc/self/stat).",
     ), w=12)
     b.add(timeseries(
         "Agent resident memory",
         [q("sum by (instance) (process_resident_memory_bytes{%s})" % SEL, "{{instance}}")],
         "bytes",
         "Resident set size of the qpwatch process.",
+    ), w=12)
+    b.add(timeseries(
+        "Kernel counters: age of the last sysfs read",
+        [q("max by (instance) (time() - qpwatch_sysfs_last_read_timestamp_seconds{%s})" % SEL, "{{instance}}")],
+        "s",
+        "How old the ib_cm, port and hw_stats counters are: the agent reads them from sysfs every sysfs_counters.interval_seconds (5 s); a rising line is a read that hangs (QpwatchSysfsCountersStale).",
     ), w=12)
     return dashboard(
         "qpwatch-overview",
