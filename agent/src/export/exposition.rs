@@ -61,27 +61,63 @@ fn encode_family(family: &MetricFamily, out: &mut String) {
 
 fn histogram(out: &mut String, name: &str, metric: &Metric) {
     let h = metric.get_histogram();
-    let mut inf_seen = false;
-    for bucket in h.get_bucket() {
-        let bound = bucket.upper_bound();
-        with_bound_text(bound, |le| {
-            sample(
-                out,
-                name,
-                "_bucket",
-                metric,
-                Some(("le", le)),
-                bucket.cumulative_count() as f64,
-            )
-        });
-        inf_seen |= bound.is_sign_positive() && bound.is_infinite();
+    // `{a="x",` (or `{`), written once and reused for every bucket's line
+    let mut open = String::with_capacity(64);
+    open.push('{');
+    for pair in metric.get_label() {
+        label_into(pair.name(), pair.value(), &mut open);
+        open.push(',');
     }
-    let count = h.get_sample_count() as f64;
+    let timestamp = metric.timestamp_ms();
+    let mut inf_seen = false;
+    BOUND_TEXT.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        for bucket in h.get_bucket() {
+            let bound = bucket.upper_bound();
+            let le = cache
+                .entry(bound.to_bits())
+                .or_insert_with(|| bound.to_string().into_boxed_str());
+            out.push_str(name);
+            out.push_str("_bucket");
+            out.push_str(&open);
+            out.push_str("le=\"");
+            out.push_str(le);
+            out.push_str("\"} ");
+            count_into(bucket.cumulative_count(), out);
+            timestamp_into(timestamp, out);
+            out.push('\n');
+            inf_seen |= bound.is_sign_positive() && bound.is_infinite();
+        }
+    });
+    let count = h.get_sample_count();
     if !inf_seen {
-        sample(out, name, "_bucket", metric, Some(("le", "+Inf")), count);
+        out.push_str(name);
+        out.push_str("_bucket");
+        out.push_str(&open);
+        out.push_str("le=\"+Inf\"} ");
+        count_into(count, out);
+        timestamp_into(timestamp, out);
+        out.push('\n');
     }
     sample(out, name, "_sum", metric, None, h.get_sample_sum());
-    sample(out, name, "_count", metric, None, count);
+    sample(out, name, "_count", metric, None, count as f64);
+}
+
+/// A count as `value_into` writes it as an `f64`, without the conversion.
+fn count_into(count: u64, out: &mut String) {
+    const EXACT: u64 = 1 << 53;
+    if count < EXACT {
+        integer_into(count as i64, out);
+    } else {
+        value_into(count as f64, out);
+    }
+}
+
+fn timestamp_into(timestamp: i64, out: &mut String) {
+    if timestamp != 0 {
+        out.push(' ');
+        integer_into(timestamp, out);
+    }
 }
 
 fn summary(out: &mut String, name: &str, metric: &Metric) {
@@ -114,10 +150,7 @@ fn sample(
     labels(out, metric.get_label(), extra_label);
     out.push(' ');
     value_into(value, out);
-    let timestamp = metric.timestamp_ms();
-    if timestamp != 0 {
-        let _ = write!(out, " {timestamp}");
-    }
+    timestamp_into(metric.timestamp_ms(), out);
     out.push('\n');
 }
 
@@ -128,13 +161,38 @@ fn labels(out: &mut String, pairs: &[LabelPair], extra: Option<(&str, &str)>) {
     let mut separator = '{';
     for (name, value) in pairs.iter().map(|p| (p.name(), p.value())).chain(extra) {
         out.push(separator);
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_into(value, true, out);
-        out.push('"');
+        label_into(name, value, out);
         separator = ',';
     }
     out.push('}');
+}
+
+/// `name="value"`, the value escaped.
+fn label_into(name: &str, value: &str, out: &mut String) {
+    out.push_str(name);
+    out.push_str("=\"");
+    escape_into(value, true, out);
+    out.push('"');
+}
+
+/// `i64`'s `Display`, without the formatting machinery.
+fn integer_into(value: i64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        out.push('-');
+    }
+    // every byte written above is an ASCII digit
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// `f64`'s `Display`, as the crate writes values, but integers below 2^53
@@ -143,7 +201,7 @@ fn labels(out: &mut String, pairs: &[LabelPair], extra: Option<(&str, &str)>) {
 fn value_into(value: f64, out: &mut String) {
     const EXACT: f64 = (1u64 << 53) as f64;
     if value.fract() == 0.0 && value.abs() < EXACT && !(value == 0.0 && value.is_sign_negative()) {
-        let _ = write!(out, "{}", value as i64);
+        integer_into(value as i64, out);
     } else {
         let _ = write!(out, "{value}");
     }
@@ -154,20 +212,13 @@ thread_local! {
     static BOUND_TEXT: RefCell<HashMap<u64, Box<str>>> = RefCell::new(HashMap::new());
 }
 
-fn with_bound_text<R>(bound: f64, f: impl FnOnce(&str) -> R) -> R {
-    BOUND_TEXT.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let text = cache
-            .entry(bound.to_bits())
-            .or_insert_with(|| bound.to_string().into_boxed_str());
-        f(text)
-    })
-}
-
 /// `\` → `\\`, newline → `\n`, and `"` → `\"` in label values.
 fn escape_into(text: &str, quotes: bool, out: &mut String) {
     let special = |c: char| c == '\\' || c == '\n' || (quotes && c == '"');
-    if !text.contains(special) {
+    if !text
+        .bytes()
+        .any(|b| b == b'\\' || b == b'\n' || (quotes && b == b'"'))
+    {
         out.push_str(text);
         return;
     }
@@ -232,7 +283,18 @@ mod tests {
             h.with_label_values(&["RTS"]).observe(v);
         }
         h.with_label_values(&["INIT"]);
+        let bare = prometheus::Histogram::with_opts(
+            HistogramOpts::new("bare_seconds", "no labels").buckets(vec![0.1, f64::INFINITY]),
+        )
+        .unwrap();
+        r.register(Box::new(bare.clone())).unwrap();
+        bare.observe(0.05);
+        bare.observe(7.0);
         let (ours, theirs) = both(&r);
+        assert!(
+            ours.contains("bare_seconds_bucket{le=\"+Inf\"} 2\n"),
+            "{ours}"
+        );
         assert_eq!(ours, theirs);
     }
 
@@ -272,6 +334,31 @@ mod tests {
             let mut text = String::new();
             value_into(v, &mut text);
             assert_eq!(text, v.to_string(), "{v}");
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_display_writes_them() {
+        for v in [
+            0,
+            1,
+            -1,
+            9,
+            10,
+            -10,
+            1 << 53,
+            i64::MAX,
+            i64::MIN,
+            4_294_967_296,
+        ] {
+            let mut text = String::new();
+            integer_into(v, &mut text);
+            assert_eq!(text, v.to_string());
+        }
+        for v in [0, 1, (1 << 53) - 1, 1 << 53, (1 << 53) + 1, u64::MAX] {
+            let mut text = String::new();
+            count_into(v, &mut text);
+            assert_eq!(text, (v as f64).to_string(), "{v}");
         }
     }
 }
