@@ -7,7 +7,11 @@
 
 use std::{
     fs::{self, File},
-    os::unix::fs::FileExt,
+    os::{
+        fd::{AsRawFd, OwnedFd},
+        unix::fs::FileExt,
+    },
+    sync::Mutex,
 };
 
 use prometheus::{
@@ -85,6 +89,7 @@ fn boot_time(proc_stat: &str) -> Option<u64> {
 
 struct ProcessCollector {
     stat: Option<File>,
+    fd_dir: Option<FdDir>,
     ticks_per_second: f64,
     page_bytes: f64,
     start_time: Option<f64>,
@@ -116,6 +121,7 @@ impl ProcessCollector {
             .collect();
         Self {
             stat,
+            fd_dir: FdDir::open(),
             ticks_per_second,
             page_bytes,
             start_time,
@@ -130,8 +136,60 @@ fn read_stat(file: &File) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
-fn open_fds() -> Option<f64> {
-    Some(fs::read_dir("/proc/self/fd").ok()?.count() as f64)
+/// `/proc/self/fd`, kept open and listed again from its start at each
+/// scrape (its own descriptor is counted, as it was when opened per scrape).
+struct FdDir(Mutex<OwnedFd>);
+
+impl FdDir {
+    fn open() -> Option<Self> {
+        let dir = File::open("/proc/self/fd").ok()?;
+        Some(Self(Mutex::new(dir.into())))
+    }
+
+    fn count(&self) -> Option<f64> {
+        let dir = self.0.lock().ok()?;
+        let fd = dir.as_raw_fd();
+        // SAFETY: lseek on a descriptor this struct owns.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+            return None;
+        }
+        let mut buf = [0u8; 4096];
+        let mut entries = 0usize;
+        loop {
+            // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`.
+            let len =
+                unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+            if len < 0 {
+                return None;
+            }
+            if len == 0 {
+                break;
+            }
+            entries += dirent_names(&buf[..len as usize]);
+        }
+        Some(entries as f64)
+    }
+}
+
+/// The entries of a `getdents64` buffer but `.` and `..`: `struct
+/// linux_dirent64` is d_ino (8 bytes), d_off (8), d_reclen (2), d_type (1),
+/// then the NUL-terminated name.
+fn dirent_names(buf: &[u8]) -> usize {
+    const NAME: usize = 19;
+    let mut at = 0;
+    let mut names = 0;
+    while at + NAME < buf.len() {
+        let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
+        if reclen == 0 {
+            break;
+        }
+        let name = &buf[at + NAME..(at + reclen).min(buf.len())];
+        if !name.starts_with(b".\0") && !name.starts_with(b"..\0") {
+            names += 1;
+        }
+        at += reclen;
+    }
+    names
 }
 
 fn max_fds() -> Option<f64> {
@@ -156,7 +214,7 @@ impl Collector for ProcessCollector {
                 CPU,
                 stat.map(|s| s.cpu_ticks as f64 / self.ticks_per_second),
             ),
-            (OPEN_FDS, open_fds()),
+            (OPEN_FDS, self.fd_dir.as_ref().and_then(FdDir::count)),
             (MAX_FDS, max_fds()),
             (VSIZE, stat.map(|s| s.vsize_bytes as f64)),
             (RSS, stat.map(|s| s.rss_pages as f64 * self.page_bytes)),
@@ -231,5 +289,26 @@ mod tests {
             text.contains("# TYPE process_cpu_seconds_total counter"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn counts_open_descriptors_past_one_listing_buffer() {
+        let dir = FdDir::open().unwrap();
+        let before = dir.count().unwrap();
+        assert!(before >= 4.0, "{before}");
+        // ~24 bytes per entry: 400 more do not fit one 4 KiB getdents64 buffer
+        let files: Vec<File> = (0..400)
+            .map(|_| File::open("/proc/self/stat").unwrap())
+            .collect();
+        let during = dir.count().unwrap();
+        drop(files);
+        let after = dir.count().unwrap();
+        // other tests of this process open and close files meanwhile
+        assert!(
+            (during - before - 400.0).abs() <= 30.0,
+            "{before} → {during}"
+        );
+        assert!((after - before).abs() <= 30.0, "{before} → {after}");
+        assert_eq!(dirent_names(&[]), 0);
     }
 }
