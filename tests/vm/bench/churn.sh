@@ -17,7 +17,8 @@
 # ring it could not read for a while), /metrics scrape time with HOLD QPs open,
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
 # BENCH_ONLY=bpf: only the BPF run-time statistics (a few minutes: for
-# measuring a change to the programs before a full run).
+# measuring a change to the programs before a full run); with BENCH_ALT_BIN,
+# a second qpwatch build in every repetition too.
 # vm-timeout: 2400
 ROUNDS=${BENCH_ROUNDS:-5}
 LC=${BENCH_LIFECYCLES:-1000}
@@ -204,18 +205,27 @@ stats_cost() {
   sysctl -qw kernel.bpf_stats_enabled=0
 }
 stats_b=() stats_c=() stats_d=() stats_ratio=()
+# BENCH_ONLY=bpf with BENCH_ALT_BIN (a directory holding another qpwatch
+# build): both builds in each repetition, beside the same bpftrace runs.
+stats_bins=("$BIN")
+[ -z "$BPF_ONLY" ] || [ -z "${BENCH_ALT_BIN:-}" ] || stats_bins+=("$BENCH_ALT_BIN")
+declare -A STATS_ALT=() # STATS_ALT[build index] = per-repetition µs and ratios
 for rep in $(seq 1 "$STATS_REPS"); do
-  : >"$OUT/agent.log"
-  start_agent
-  sleep 5 # the agent's start-up work (reconciling, trimming) done
-  b=$(scrape "stats-b$rep-before")
-  stats_churn "stats-b$rep"
-  bpf_b=$(stats_cost "b$rep")
-  collect_churn "stats-b$rep" "$b"
-  [ "$LOST" -eq 0 ] || say "repetition $rep: the agent lost $LOST events"
-  B_LOST=$((B_LOST + LOST))
-  stop_agent
-  [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
+  bpf_bins=()
+  for i in "${!stats_bins[@]}"; do
+    : >"$OUT/agent.log"
+    BIN=${stats_bins[$i]} start_agent
+    sleep 5 # the agent's start-up work (reconciling, trimming) done
+    b=$(scrape "stats-b$rep-$i-before")
+    stats_churn "stats-b$rep-$i"
+    bpf_bins+=("$(stats_cost "b$rep-$i")")
+    collect_churn "stats-b$rep-$i" "$b"
+    [ "$LOST" -eq 0 ] || say "repetition $rep, ${stats_bins[$i]}: the agent lost $LOST events"
+    B_LOST=$((B_LOST + LOST))
+    stop_agent
+    [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
+  done
+  bpf_b=${bpf_bins[0]}
   start_bpftrace "stats-c$rep" qpwatch.bt $OFFSETS
   stats_churn "stats-c$rep"
   bpf_c=$(stats_cost "c$rep")
@@ -227,13 +237,25 @@ for rep in $(seq 1 "$STATS_REPS"); do
   stats_b+=("$(per_lc "$bpf_b")") stats_c+=("$(per_lc "$bpf_c")") stats_d+=("$(per_lc "$bpf_d")")
   stats_ratio+=("$(ratio "$bpf_b" "$bpf_c")")
   say "BPF run time per lifecycle, repetition $rep ($STATS_LC lifecycles after 50 of warm-up, kernel.bpf_stats_enabled): qpwatch ${stats_b[-1]} us, bpftrace qpwatch.bt ${stats_c[-1]} us, hooks-only ${stats_d[-1]} us; qpwatch/bpftrace ${stats_ratio[-1]}"
-  for m in b c; do
-    say "  $m: $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-$m$rep.txt")"
+  for i in "${!stats_bins[@]}"; do
+    [ "$i" -gt 0 ] || continue
+    STATS_ALT[$i,us]="${STATS_ALT[$i,us]:-} $(per_lc "${bpf_bins[$i]}")"
+    STATS_ALT[$i,ratio]="${STATS_ALT[$i,ratio]:-} $(ratio "${bpf_bins[$i]}" "$bpf_c")"
+    say "  the other build (${stats_bins[$i]}): qpwatch $(per_lc "${bpf_bins[$i]}") us; qpwatch/bpftrace $(ratio "${bpf_bins[$i]}" "$bpf_c")"
   done
+  for i in "${!stats_bins[@]}"; do
+    say "  b (${stats_bins[$i]}): $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-b$rep-$i.txt")"
+  done
+  say "  c: $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-c$rep.txt")"
 done
 BPF_B=$(median "${stats_b[@]}") BPF_C=$(median "${stats_c[@]}") BPF_D=$(median "${stats_d[@]}")
 BPF_RATIO=$(median "${stats_ratio[@]}")
 say "BPF run time per lifecycle, median of $STATS_REPS: qpwatch $BPF_B us, bpftrace qpwatch.bt $BPF_C us, hooks-only $BPF_D us; qpwatch/bpftrace $BPF_RATIO (each: ${stats_ratio[*]})"
+for i in "${!stats_bins[@]}"; do
+  [ "$i" -gt 0 ] || continue
+  # shellcheck disable=SC2086 # one figure a word
+  say "the other build (${stats_bins[$i]}), median of $STATS_REPS: qpwatch $(median ${STATS_ALT[$i,us]}) us; qpwatch/bpftrace $(median ${STATS_ALT[$i,ratio]}) (each:${STATS_ALT[$i,ratio]})"
+done
 [ -z "$BPF_ONLY" ] || return 0
 
 # --- the agent alone: sustained rate, drain rate, scrape at HOLD live QPs, RSS
