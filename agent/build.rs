@@ -61,7 +61,15 @@ fn main() {
         .env("AYA_BPF_TARGET_ARCH", &arch)
         .env(
             "CARGO_ENCODED_RUSTFLAGS",
-            ["-Cdebuginfo=2", "-Clink-arg=--btf"].join("\x1f"),
+            [
+                "-Cdebuginfo=2",
+                "-Clink-arg=--btf",
+                // With LLVM's -bpf-expand-memcpy-in-order, the BPF backend
+                // expands no memset inline (MaxStoresPerMemset = 0): every
+                // zeroed event became a call to a byte-at-a-time loop.
+                "-Clink-arg=--disable-expand-memcpy-in-order",
+            ]
+            .join("\x1f"),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -1021,6 +1021,33 @@ mod tests {
         assert_eq!(hooks.len(), programs.len());
     }
 
+    /// No program calls the byte-at-a-time `memset`/`memcpy` that
+    /// bpf-linker exports: with LLVM's `-bpf-expand-memcpy-in-order` (which
+    /// the linker passes unless told not to, agent/build.rs) the BPF backend
+    /// expands no memset inline, and zeroing one event took a loop of
+    /// five instructions per byte.
+    #[test]
+    fn no_program_calls_a_memory_builtin() {
+        use object::{Object, ObjectSection, ObjectSymbol, RelocationTarget};
+        let file = object::File::parse(EBPF_OBJECT).expect("the embedded object parses");
+        let mut calls = Vec::new();
+        for section in file.sections() {
+            for (_, relocation) in section.relocations() {
+                let RelocationTarget::Symbol(index) = relocation.target() else {
+                    continue;
+                };
+                let name = file
+                    .symbol_by_index(index)
+                    .and_then(|symbol| symbol.name())
+                    .unwrap_or_default();
+                if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&name) {
+                    calls.push(format!("{} → {name}", section.name().unwrap_or("?")));
+                }
+            }
+        }
+        assert!(calls.is_empty(), "{}", calls.join("\n"));
+    }
+
     #[test]
     fn hooks_keep_their_labels_modules_and_slots() {
         let hooks = all_hooks();
