@@ -7,7 +7,7 @@
 //! an id before it is attached to a device.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::bpf_get_current_pid_tgid,
     macros::{kprobe, kretprobe, map, raw_tracepoint},
     maps::{LruHashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
@@ -15,12 +15,13 @@ use aya_ebpf::{
 };
 use qpwatch_common::{
     ib_cm_slot, CmEvent, CmOffsets, CmOp, EventKind, KernelOffsets, PendingKey, CM_FLAG_ATTACHED,
-    CM_FLAG_CONN_PARAM, CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER, COMM_LEN,
+    CM_FLAG_CONN_PARAM, CM_FLAG_HAS_QP, CM_FLAG_STATE, CM_FLAG_STATE_AFTER, CM_FLAG_USER,
     IB_CM_TRACEPOINTS,
 };
 
 use crate::{
-    begin, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8, Pending,
+    begin, current_comm, emit, finish, now_ns, offsets, read_device_name, read_ptr, read_u32,
+    read_u8, Pending,
 };
 
 #[no_mangle]
@@ -67,7 +68,7 @@ fn new_cm_event(op: CmOp) -> CmEvent {
     event.start_ns = now_ns();
     event.end_ns = event.start_ns;
     event.pid_tgid = bpf_get_current_pid_tgid();
-    event.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    current_comm(&mut event.comm);
     event
 }
 

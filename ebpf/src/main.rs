@@ -29,7 +29,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use qpwatch_common::{
-    hook, KernelOffsets, LostReason, PendingKey, QpEvent, RxeOffsets, LOST_REASONS, MAX_NESTING,
+    hook, KernelOffsets, LostReason, PendingKey, QpEvent, RxeOffsets, COMM_LEN, LOST_REASONS,
+    MAX_NESTING,
 };
 
 #[no_mangle]
@@ -138,6 +139,17 @@ pub(crate) fn read_device_name(device: u64, offsets: &KernelOffsets, out: &mut [
     let name = (device + offsets.ib_device_name as u64) as *const u8;
     // SAFETY: as in read_u32; the helper NUL-terminates within `out`.
     let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, out) };
+}
+
+/// The current task's name, written in place: the helper zero-fills `out` on
+/// failure, and a returned array (`helpers::bpf_get_current_comm`) would be
+/// copied byte by byte out of its `Result`.
+#[inline(always)]
+pub(crate) fn current_comm(out: &mut [u8; COMM_LEN]) {
+    // SAFETY: the helper writes at most COMM_LEN bytes into `out`.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_get_current_comm(out.as_mut_ptr().cast(), COMM_LEN as u32)
+    };
 }
 
 #[inline(always)]
@@ -262,16 +274,16 @@ fn open_entry<T: InFlight>(
     unsafe { (*entry).record.armed() }.then_some(entry)
 }
 
-/// Writes a call's record at `key`: over the existing entry if there is one
-/// (a lookup, no allocation), else into a new one.
+/// Writes a call's record into `slot`, the entry at `key` if there is one,
+/// else into a new entry.
 #[inline(always)]
 fn store<T: InFlight>(
     table: &LruHashMap<PendingKey, Pending<T>>,
     key: PendingKey,
+    mut slot: Option<*mut Pending<T>>,
     record: &T,
     entry_sp: u64,
 ) {
-    let mut slot = table.get_ptr_mut(key);
     if slot.is_none() {
         if table.insert(key, T::idle(), 0).is_err() {
             count_lost(LostReason::PendingTableFull);
@@ -303,30 +315,40 @@ pub(crate) fn begin<T: InFlight>(
 ) {
     let pid_tgid = record.pid_tgid();
     let sp = stack_pointer(ctx.regs);
-    let level = entry_level(table, pid_tgid, hook, sp);
+    let key = pending_key(pid_tgid, hook, 0);
+    // the thread's level-0 entry, looked up once: written over when level 0
+    let base = table.get_ptr_mut(key);
+    let level = entry_level(table, base, pid_tgid, hook, sp);
     if level >= MAX_NESTING {
         count_lost(LostReason::NestedTooDeep);
         return;
     }
-    store(table, pending_key(pid_tgid, hook, level), record, sp);
+    if level == 0 {
+        store(table, key, base, record, sp);
+    } else {
+        let key = pending_key(pid_tgid, hook, level);
+        store(table, key, table.get_ptr_mut(key), record, sp);
+    }
 }
 
 /// The level a call entering at stack pointer `sp` is recorded at (see
-/// [`begin`]); the level-0 entry counts it, even beyond [`MAX_NESTING`], so
-/// that the returns pop the right level.
+/// [`begin`]), given the thread's level-0 entry; the level-0 entry counts it,
+/// even beyond [`MAX_NESTING`], so that the returns pop the right level.
 #[inline(always)]
 fn entry_level<T: InFlight>(
     table: &LruHashMap<PendingKey, Pending<T>>,
+    base: Option<*mut Pending<T>>,
     pid_tgid: u64,
     hook: u32,
     sp: u64,
 ) -> u32 {
     let since = return_hooked_since(hook);
-    let base = open_entry(table, pid_tgid, hook, 0)
-        // SAFETY: as in open_entry.
-        .filter(|&base| since != 0 && unsafe { (*base).record.start_ns() } >= since);
+    // SAFETY (every dereference in this function): as in open_entry.
+    let base = base.filter(|&base| {
+        let record = unsafe { &(*base).record };
+        record.armed() && since != 0 && record.start_ns() >= since
+    });
     let Some(base) = base else { return 0 };
-    // SAFETY (every dereference below): as in open_entry.
     if sp != 0 && sp >= unsafe { (*base).entry_sp } {
         count_lost(LostReason::ReturnMissed);
         return 0;

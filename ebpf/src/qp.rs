@@ -1,21 +1,18 @@
 //! QP lifecycle programs: kprobe/kretprobe pairs in ib_core.
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_probe_read_kernel,
-    },
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf},
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use qpwatch_common::{
-    hook, EventKind, KernelOffsets, QpEvent, QpOrigin, COMM_LEN, IB_AH_GRH, IB_QP_AV_MASK,
+    hook, EventKind, KernelOffsets, QpEvent, QpOrigin, IB_AH_GRH, IB_QP_AV_MASK,
     IB_QP_DEST_QPN_MASK, IB_QP_STATE_MASK, REMOTE_GID, REMOTE_QPN,
 };
 
 use crate::{
-    begin, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8, MAX_ERRNO,
-    PENDING,
+    begin, current_comm, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8,
+    MAX_ERRNO, PENDING,
 };
 
 #[inline(always)]
@@ -24,7 +21,7 @@ pub(crate) fn new_event(kind: EventKind) -> QpEvent {
     event.kind = kind as u32;
     event.start_ns = now_ns();
     event.pid_tgid = bpf_get_current_pid_tgid();
-    event.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    current_comm(&mut event.comm);
     event
 }
 
@@ -159,10 +156,11 @@ fn read_remote(event: &mut QpEvent, attr: u64, attr_mask: u32, offsets: &KernelO
     }
     if attr_mask & IB_QP_AV_MASK != 0 && read_u8(attr, offsets.ib_qp_attr_ah_flags) & IB_AH_GRH != 0
     {
-        let gid = (attr + offsets.ib_qp_attr_dgid as u64) as *const [u8; 16];
-        // SAFETY: bpf_probe_read_kernel validates the address and fails instead of faulting.
-        if let Ok(gid) = unsafe { bpf_probe_read_kernel(gid) } {
-            event.remote_gid = gid;
+        let gid = (attr + offsets.ib_qp_attr_dgid as u64) as *const u8;
+        // SAFETY: bpf_probe_read_kernel validates the address and fails
+        // instead of faulting; it zero-fills the buffer on failure. Read in
+        // place: a returned array would be copied byte by byte.
+        if unsafe { bpf_probe_read_kernel_buf(gid, &mut event.remote_gid) }.is_ok() {
             event.remote |= REMOTE_GID;
         }
     }
