@@ -16,6 +16,8 @@
 # with (flat-out churn at 1, 2, 4 threads; and the rate at which it drains a
 # ring it could not read for a while), /metrics scrape time with HOLD QPs open,
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
+# BENCH_ONLY=churn: only the interleaved rounds and the slowdowns (for
+# repeating the churn-loop comparison without the rest).
 # BENCH_ONLY=bpf: only the BPF run-time statistics (a few minutes: for
 # measuring a change to the programs before a full run); with BENCH_ALT_BIN,
 # a second qpwatch build in every repetition too.
@@ -172,6 +174,11 @@ for i in 0 1 2 3 4 5; do
   if [ "$i" -eq 5 ]; then RB=$(ratio "$mb" "$ma") RC=$(ratio "$mc" "$ma") RD=$(ratio "$md" "$ma") RE=$(ratio "$me" "$ma"); fi
 done
 cpu_med=$(median "${cpu_per_k[@]}")
+fi
+if [ "${BENCH_ONLY:-}" = churn ]; then
+  slowdown() { awk -v r="$1" 'BEGIN { printf "%.1f", (r - 1) * 100 }'; }
+  say "churn-loop slowdown: qpwatch (b) +$(slowdown "$RB") %, bpftrace (c) +$(slowdown "$RC") %, hooks only (d) +$(slowdown "$RD") %, agent stopped (e) +$(slowdown "$RE") %; (b)/(c) $(awk -v b="$RB" -v c="$RC" 'BEGIN { printf "%.2f", (b - 1) / (c - 1) }') (goal: at most 0.5)"
+  return 0
 fi
 
 # --- in-kernel cost per program call: BPF run-time statistics (they slow
