@@ -1,9 +1,13 @@
 //! The QP lifecycle: creations, transitions, destroys, their errors and
 //! latencies, and the live QPs by state.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, OnceLock, RwLock},
+    time::Duration,
+};
 
-use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGaugeVec};
+use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec};
 use qpwatch_common::QpOrigin;
 
 use super::{Buckets, Registrar};
@@ -24,6 +28,35 @@ pub struct QpMetrics {
     destroyed: IntCounterVec,
     destroy_errors: IntCounterVec,
     live: IntGaugeVec,
+    /// Series looked up once, then used directly: `with_label_values`
+    /// hashes every label value and takes the family's lock at each call.
+    /// None of these families ever drops a series.
+    transition_series: Arc<Resolved<Histogram, { TRANSITION_SLOTS }>>,
+    dwell_series: Arc<Resolved<Histogram, { STATES }>>,
+    live_series: Arc<RwLock<LiveByDevice>>,
+}
+
+/// The live-QP gauges of each device seen.
+type LiveByDevice = HashMap<Box<str>, Box<Resolved<IntGauge, { LIVE_SLOTS }>>>;
+
+const STATES: usize = QpState::ALL.len();
+/// A known previous state, or none (`unknown`), to a state.
+const TRANSITION_SLOTS: usize = (STATES + 1) * STATES;
+/// Every type (the named ones and `Other`) in every state, for one device.
+const LIVE_SLOTS: usize = (QpType::KNOWN.len() + 1) * STATES;
+
+/// One series per slot, made on first use: a family shows only the label
+/// values observed, as with `with_label_values`.
+struct Resolved<T, const N: usize>([OnceLock<T>; N]);
+
+impl<T, const N: usize> Resolved<T, N> {
+    fn new() -> Self {
+        Self(std::array::from_fn(|_| OnceLock::new()))
+    }
+
+    fn get(&self, slot: usize, make: impl FnOnce() -> T) -> &T {
+        self.0[slot].get_or_init(make)
+    }
 }
 
 fn origin_label(origin: QpOrigin) -> &'static str {
@@ -104,6 +137,9 @@ impl QpMetrics {
                 "Live QPs by device, type and current state.",
                 &["device", "qp_type", "state"],
             ),
+            transition_series: Arc::new(Resolved::new()),
+            dwell_series: Arc::new(Resolved::new()),
+            live_series: Arc::default(),
         }
     }
 
@@ -135,8 +171,12 @@ impl QpMetrics {
 
     /// `from` is `None` when the QP's previous state is unknown.
     pub fn transition(&self, from: Option<QpState>, to: QpState, duration: Duration) {
-        self.transition_duration
-            .with_label_values(&[from.map_or("unknown", |s| s.label()), to.label()])
+        let slot = from.map_or(STATES, |s| s as usize) * STATES + to as usize;
+        self.transition_series
+            .get(slot, || {
+                self.transition_duration
+                    .with_label_values(&[from.map_or("unknown", |s| s.label()), to.label()])
+            })
             .observe(duration.as_secs_f64());
     }
 
@@ -148,8 +188,10 @@ impl QpMetrics {
     }
 
     pub fn dwell(&self, state: QpState, duration: Duration) {
-        self.state_dwell
-            .with_label_values(&[state.label()])
+        self.dwell_series
+            .get(state as usize, || {
+                self.state_dwell.with_label_values(&[state.label()])
+            })
             .observe(duration.as_secs_f64());
     }
 
@@ -174,8 +216,20 @@ impl QpMetrics {
     }
 
     pub fn live(&self, device: &str, qp_type: QpType, state: QpState, delta: i64) {
-        self.live
-            .with_label_values(&[device, qp_type.label(), state.label()])
+        let slot = qp_type as usize * STATES + state as usize;
+        let make = || {
+            self.live
+                .with_label_values(&[device, qp_type.label(), state.label()])
+        };
+        if let Some(series) = self.live_series.read().expect("not poisoned").get(device) {
+            series.get(slot, make).add(delta);
+            return;
+        }
+        let mut devices = self.live_series.write().expect("not poisoned");
+        devices
+            .entry(device.into())
+            .or_insert_with(|| Box::new(Resolved::new()))
+            .get(slot, make)
             .add(delta);
     }
 }

@@ -86,6 +86,52 @@ fn observations_land_in_the_exposition() {
     );
 }
 
+/// Series looked up once and kept: the same figures as through the family,
+/// per device, type and state, in every clone, and no series before its
+/// first observation.
+#[test]
+fn resolved_series_count_like_the_family() {
+    let m = Metrics::new(&Buckets::default(), "6.1.0-test");
+    let clone = m.qp.clone();
+    assert!(!render(&m.registry).contains("qpwatch_qps{"));
+    m.qp.live("rxe0", QpType::Rc, QpState::Init, 1);
+    clone.live("rxe0", QpType::Rc, QpState::Init, 1);
+    m.qp.live("rxe0", QpType::Ud, QpState::Init, 1);
+    m.qp.live("mlx5_0", QpType::Rc, QpState::Init, 1);
+    clone.live("rxe0", QpType::Rc, QpState::Init, -1);
+    m.qp.live("rxe0", QpType::Rc, QpState::Rts, 1);
+    for _ in 0..3 {
+        clone.transition(Some(QpState::Init), QpState::Rtr, Duration::from_micros(5));
+    }
+    m.qp.transition(None, QpState::Rtr, Duration::from_micros(5));
+    m.qp.dwell(QpState::Sqd, Duration::from_secs(2));
+    let text = render(&m.registry);
+    let qps = |labels: &str| value(&text, &format!("qpwatch_qps{{{labels}}}"));
+    assert_eq!(qps(r#"device="rxe0",qp_type="RC",state="INIT""#), Some(1.0));
+    assert_eq!(qps(r#"device="rxe0",qp_type="UD",state="INIT""#), Some(1.0));
+    assert_eq!(
+        qps(r#"device="mlx5_0",qp_type="RC",state="INIT""#),
+        Some(1.0)
+    );
+    assert_eq!(qps(r#"device="rxe0",qp_type="RC",state="RTS""#), Some(1.0));
+    assert_eq!(text.matches("qpwatch_qps{").count(), 4, "{text}");
+    let transitions = |from: &str| {
+        value(
+            &text,
+            &format!(r#"qpwatch_qp_transition_duration_seconds_count{{from="{from}",to="RTR"}}"#),
+        )
+    };
+    assert_eq!(transitions("INIT"), Some(3.0));
+    assert_eq!(transitions("unknown"), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            r#"qpwatch_qp_state_dwell_seconds_count{state="SQD"}"#
+        ),
+        Some(1.0)
+    );
+}
+
 #[test]
 fn the_process_collector_is_registered() {
     let m = Metrics::new(&Buckets::default(), "k");
