@@ -77,30 +77,30 @@ fn histogram(out: &mut String, name: &str, metric: &Metric) {
             let le = cache
                 .entry(bound.to_bits())
                 .or_insert_with(|| bound.to_string().into_boxed_str());
-            out.push_str(name);
-            out.push_str("_bucket");
-            out.push_str(&open);
-            out.push_str("le=\"");
-            out.push_str(le);
-            out.push_str("\"} ");
-            count_into(bucket.cumulative_count(), out);
-            timestamp_into(timestamp, out);
-            out.push('\n');
+            bucket_line(out, name, &open, le, bucket.cumulative_count(), timestamp);
             inf_seen |= bound.is_sign_positive() && bound.is_infinite();
         }
     });
     let count = h.get_sample_count();
     if !inf_seen {
-        out.push_str(name);
-        out.push_str("_bucket");
-        out.push_str(&open);
-        out.push_str("le=\"+Inf\"} ");
-        count_into(count, out);
-        timestamp_into(timestamp, out);
-        out.push('\n');
+        bucket_line(out, name, &open, "+Inf", count, timestamp);
     }
     sample(out, name, "_sum", metric, None, h.get_sample_sum());
     sample(out, name, "_count", metric, None, count as f64);
+}
+
+/// `NAME_bucket{LABELS,le="LE"} COUNT[ TIMESTAMP]`; `open` is the labels
+/// already written as `{a="x",` (or `{`).
+fn bucket_line(out: &mut String, name: &str, open: &str, le: &str, count: u64, timestamp: i64) {
+    out.push_str(name);
+    out.push_str("_bucket");
+    out.push_str(open);
+    out.push_str("le=\"");
+    out.push_str(le);
+    out.push_str("\"} ");
+    count_into(count, out);
+    timestamp_into(timestamp, out);
+    out.push('\n');
 }
 
 /// A count as `value_into` writes it as an `f64`, without the conversion.
@@ -215,10 +215,8 @@ thread_local! {
 /// `\` → `\\`, newline → `\n`, and `"` → `\"` in label values.
 fn escape_into(text: &str, quotes: bool, out: &mut String) {
     let special = |c: char| c == '\\' || c == '\n' || (quotes && c == '"');
-    if !text
-        .bytes()
-        .any(|b| b == b'\\' || b == b'\n' || (quotes && b == b'"'))
-    {
+    // every special character is ASCII: a byte scan finds them
+    if !text.bytes().any(|b| special(char::from(b))) {
         out.push_str(text);
         return;
     }
