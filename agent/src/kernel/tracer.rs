@@ -118,6 +118,9 @@ pub struct Tracer {
     modules_seen: String,
     pipeline: Arc<Mutex<Pipeline>>,
     counters: Arc<Mutex<CounterSet>>,
+    /// Drains every ring on [`DRAIN_INTERVAL`](crate::kernel::hooks::DRAIN_INTERVAL)
+    /// while any instance runs: one timer for all of them.
+    drain_timer: Option<JoinHandle<()>>,
 }
 
 fn loaded_modules() -> String {
@@ -154,6 +157,7 @@ impl Tracer {
             modules_seen: String::new(),
             pipeline,
             counters: Arc::default(),
+            drain_timer: None,
         }
     }
 
@@ -223,6 +227,9 @@ impl Tracer {
                 .iter()
                 .flat_map(|k| k.modules().iter().copied()),
         );
+        // one stat per module, not one per hook
+        modules.sort_unstable();
+        modules.dedup();
         modules
             .into_iter()
             .map(|m| (m, module_generation(&self.config.btf_dir, m)))
@@ -441,6 +448,9 @@ impl Tracer {
             }
             Err(error) => debug!(%error, "no eBPF log forwarding"),
         }
+        if self.drain_timer.is_none() {
+            self.drain_timer = Some(tokio::spawn(drain_on_timer(Arc::clone(&self.pipeline))));
+        }
         let drain = tokio::spawn(drain_rings(
             kind,
             ring_fd,
@@ -589,6 +599,11 @@ impl Tracer {
             let _ = stop.send(true);
             let _ = drain.await;
         }
+        if self.running.is_empty() {
+            if let Some(timer) = self.drain_timer.take() {
+                timer.abort();
+            }
+        }
         // what the kernel counted since the last scrape is still exported
         let mut set = self.counters.lock().expect("not poisoned");
         let mut last = CounterSet::default();
@@ -672,9 +687,9 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
-/// Wakes on one instance's ring (or the drain timer) and drains every ring,
-/// merged in kernel order (`Pipeline::drain`). On stop it drains what is
-/// left and takes its ring out of the pipeline.
+/// Wakes when one instance's ring passes its wakeup mark and drains every
+/// ring, merged in kernel order (`Pipeline::drain`). On stop it drains what
+/// is left and takes its ring out of the pipeline.
 async fn drain_rings(
     kind: InstanceKind,
     ring_fd: OwnedFd,
@@ -700,15 +715,9 @@ async fn drain_until_stopped(
     drain_all: impl Fn() -> usize,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut timer = tokio::time::interval(crate::kernel::hooks::DRAIN_INTERVAL);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            // records written without a wakeup (below the threshold)
-            _ = timer.tick() => {
-                drain_all();
-            }
             guard = ring.readable_mut() => {
                 let Ok(mut guard) = guard else { break };
                 // cleared first: a record submitted while draining wakes us again
@@ -716,6 +725,17 @@ async fn drain_until_stopped(
                 drain_all();
             }
         }
+    }
+}
+
+/// Records written below the wakeup mark wake nobody: every ring is read on
+/// this one timer.
+async fn drain_on_timer(pipeline: Arc<Mutex<Pipeline>>) {
+    let mut timer = tokio::time::interval(crate::kernel::hooks::DRAIN_INTERVAL);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        timer.tick().await;
+        pipeline.lock().expect("not poisoned").drain();
     }
 }
 
