@@ -18,6 +18,7 @@
 # and its peak RSS. Writes $OUT/summary.txt and $OUT/table.md.
 # BENCH_ONLY=churn: only the interleaved rounds and the slowdowns (for
 # repeating the churn-loop comparison without the rest).
+# BENCH_ONLY=idle: an idle agent's CPU and system calls per second.
 # BENCH_ONLY=bpf: only the BPF run-time statistics (a few minutes: for
 # measuring a change to the programs before a full run); with BENCH_ALT_BIN,
 # a second qpwatch build in every repetition too.
@@ -129,6 +130,36 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
     say "${bins[$i]}: /metrics medians${SCRAPES[$i]}; median of them $(median ${SCRAPES[$i]}) ms"
   done
   [ "$held" -eq 0 ] || stop_churn
+  return 0
+fi
+# BENCH_ONLY=idle: an idle agent's CPU (µs per second, over 10 s) and its
+# system calls per second (over another 10 s, under strace), each agent
+# fresh, BENCH_IDLE_REPS times; with BENCH_ALT_BIN the two builds in turn.
+if [ "${BENCH_ONLY:-}" = idle ]; then
+  bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
+  say "idle benchmark ($(nproc) vCPUs, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)): builds ${bins[*]}"
+  declare -A IDLE=()
+  for rep in $(seq 1 "${BENCH_IDLE_REPS:-3}"); do
+    for i in "${!bins[@]}"; do
+      : >"$OUT/agent.log"
+      BIN=${bins[$i]} start_agent
+      sleep 5
+      n0=$(cpu_ns "$AGENT_PID")
+      sleep 10
+      us=$((($(cpu_ns "$AGENT_PID") - n0) / 10000))
+      IDLE[$i]="${IDLE[$i]:-} $us"
+      strace -f -c -qq -o "$OUT/strace-idle.txt" -p "$AGENT_PID" &
+      strace_pid=$!
+      sleep 10
+      kill -INT "$strace_pid" && wait "$strace_pid" || true
+      say "repetition $rep, ${bins[$i]}: idle CPU $us µs/s; system calls per second $(awk '$NF == "total" { printf "%.1f", $4 / 10 }' "$OUT/strace-idle.txt") ($(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / 10 }' "$OUT/strace-idle.txt" | sed 's/, $//'))"
+      stop_agent
+    done
+  done
+  for i in "${!bins[@]}"; do
+    # shellcheck disable=SC2086 # one figure a word
+    say "${bins[$i]}: idle CPU per repetition${IDLE[$i]} µs/s; median $(median ${IDLE[$i]}) µs/s"
+  done
   return 0
 fi
 BPF_ONLY=
