@@ -1,15 +1,31 @@
 //! The event path itself: records received, lost in the kernel, malformed,
 //! and events for QPs the agent did not know.
 
-use prometheus::IntCounterVec;
+use std::sync::{Arc, OnceLock};
+
+use prometheus::{IntCounter, IntCounterVec};
 use qpwatch_common::{LostReason, LOST_REASONS};
 
 use super::Registrar;
 use crate::model::events::DecodeError;
 
+/// The `kind` values of records (`Record::kind_label`), whose
+/// `qpwatch_events_total` series are looked up once.
+const KINDS: [&str; 7] = [
+    "qp_create",
+    "qp_modify",
+    "qp_destroy",
+    "qp_async_event",
+    "qp_completion_error",
+    "qp_device_error",
+    "cm",
+];
+
 #[derive(Clone)]
 pub struct EventMetrics {
     received: IntCounterVec,
+    /// `received`'s series per [`KINDS`] entry, made at its first event.
+    received_by_kind: Arc<[OnceLock<IntCounter>; KINDS.len()]>,
     lost: IntCounterVec,
     malformed: IntCounterVec,
     untracked: IntCounterVec,
@@ -31,6 +47,7 @@ impl EventMetrics {
                 "Kernel events received from the ring buffer, by kind.",
                 &["kind"],
             ),
+            received_by_kind: Arc::default(),
             lost,
             malformed: r.counter_vec(
                 "qpwatch_events_malformed_total",
@@ -46,7 +63,12 @@ impl EventMetrics {
     }
 
     pub fn received(&self, kind: &str) {
-        self.received.with_label_values(&[kind]).inc();
+        match KINDS.iter().position(|k| *k == kind) {
+            Some(i) => self.received_by_kind[i]
+                .get_or_init(|| self.received.with_label_values(&[kind]))
+                .inc(),
+            None => self.received.with_label_values(&[kind]).inc(),
+        }
     }
 
     pub fn malformed(&self, error: &DecodeError) {

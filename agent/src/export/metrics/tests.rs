@@ -90,6 +90,29 @@ fn observations_land_in_the_exposition() {
 /// per device, type and state, in every clone, and no series before its
 /// first observation.
 #[test]
+fn events_received_count_per_kind_across_clones() {
+    let m = Metrics::new(&Buckets::default(), "6.1.0-test");
+    let clone = m.events.clone();
+    assert!(!render(&m.registry).contains("qpwatch_events_total{"));
+    for _ in 0..3 {
+        m.events.received("qp_modify");
+    }
+    clone.received("qp_modify");
+    clone.received("cm");
+    m.events.received("not_a_kind");
+    let text = render(&m.registry);
+    let received = |kind: &str| value(&text, &format!(r#"qpwatch_events_total{{kind="{kind}"}}"#));
+    assert_eq!(received("qp_modify"), Some(4.0));
+    assert_eq!(received("cm"), Some(1.0));
+    assert_eq!(received("not_a_kind"), Some(1.0));
+    assert_eq!(
+        received("qp_create"),
+        None,
+        "no series before its first event"
+    );
+}
+
+#[test]
 fn resolved_series_count_like_the_family() {
     let m = Metrics::new(&Buckets::default(), "6.1.0-test");
     let clone = m.qp.clone();
