@@ -4,12 +4,9 @@
 //! Keyed by (device, qp_num). Pure logic, no I/O: every observation goes to an
 //! [`Observer`], which the metrics registry implements and tests record.
 
-use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
+use fnv::FnvHashMap;
 use qpwatch_common::{QpOrigin, COMM_LEN, DEVICE_NAME_LEN};
 
 use crate::{
@@ -301,7 +298,7 @@ impl Devices {
 /// First-come label values up to a cap; later values share "other".
 #[derive(Debug)]
 struct CappedLabels {
-    values: HashMap<[u8; COMM_LEN], Label>,
+    values: FnvHashMap<[u8; COMM_LEN], Label>,
     cap: usize,
     other: Label,
 }
@@ -309,7 +306,7 @@ struct CappedLabels {
 impl CappedLabels {
     fn new(cap: usize, other: Label) -> Self {
         Self {
-            values: HashMap::new(),
+            values: FnvHashMap::default(),
             cap,
             other,
         }
@@ -330,7 +327,8 @@ impl CappedLabels {
 
 pub struct Correlator {
     limits: Limits,
-    qps: HashMap<u64, Tracked>,
+    /// FNV: SipHash was a tenth of the pipeline's time (`benches/pipeline.rs`).
+    qps: FnvHashMap<u64, Tracked>,
     /// Insertion order of the table, for eviction; entries whose generation no
     /// longer matches are stale and skipped.
     order: VecDeque<(u64, u64)>,
@@ -376,7 +374,7 @@ impl Correlator {
         let other: Label = Arc::from(OTHER);
         Self {
             limits,
-            qps: HashMap::new(),
+            qps: FnvHashMap::default(),
             order: VecDeque::new(),
             next_generation: 0,
             devices: Devices {
@@ -834,6 +832,7 @@ fn device_bytes(device: &str) -> [u8; DEVICE_NAME_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use QpState::*;
 
     const US: u64 = 1_000;

@@ -2,11 +2,11 @@
 //! latencies, and the live QPs by state.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, OnceLock, RwLock},
     time::Duration,
 };
 
+use fnv::FnvHashMap;
 use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec};
 use qpwatch_common::QpOrigin;
 
@@ -37,7 +37,7 @@ pub struct QpMetrics {
 }
 
 /// The live-QP gauges of each device seen.
-type LiveByDevice = HashMap<Box<str>, Box<Resolved<IntGauge, { LIVE_SLOTS }>>>;
+type LiveByDevice = FnvHashMap<Box<str>, Box<Resolved<IntGauge, { LIVE_SLOTS }>>>;
 
 const STATES: usize = QpState::ALL.len();
 /// A known previous state, or none (`unknown`), to a state.
