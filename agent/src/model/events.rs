@@ -66,6 +66,18 @@ pub enum Call {
     DeviceError,
 }
 
+/// The `kind` of every record (`qpwatch_events_total`, `qpwatch events`),
+/// indexed by [`Record::kind_index`].
+pub const RECORD_KINDS: [&str; 7] = [
+    "qp_create",
+    "qp_modify",
+    "qp_destroy",
+    "qp_async_event",
+    "qp_completion_error",
+    "qp_device_error",
+    "cm",
+];
+
 /// One completed kernel call on a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCall {
@@ -125,15 +137,20 @@ impl QpCall {
         self.rc == 0
     }
 
-    pub fn kind_label(&self) -> &'static str {
+    /// Its kind's index in [`RECORD_KINDS`].
+    pub fn kind_index(&self) -> usize {
         match self.call {
-            Call::Create { .. } => "qp_create",
-            Call::Modify { .. } => "qp_modify",
-            Call::Destroy => "qp_destroy",
-            Call::AsyncEvent { .. } => "qp_async_event",
-            Call::CompletionError { .. } => "qp_completion_error",
-            Call::DeviceError => "qp_device_error",
+            Call::Create { .. } => 0,
+            Call::Modify { .. } => 1,
+            Call::Destroy => 2,
+            Call::AsyncEvent { .. } => 3,
+            Call::CompletionError { .. } => 4,
+            Call::DeviceError => 5,
         }
+    }
+
+    pub fn kind_label(&self) -> &'static str {
+        RECORD_KINDS[self.kind_index()]
     }
 
     /// A synthetic call, for tests and benchmarks of the correlator.
@@ -247,11 +264,16 @@ impl Record {
         }
     }
 
-    pub fn kind_label(&self) -> &'static str {
+    /// Its kind's index in [`RECORD_KINDS`].
+    pub fn kind_index(&self) -> usize {
         match self {
-            Record::Qp(call) => call.kind_label(),
-            Record::Cm(_) => "cm",
+            Record::Qp(call) => call.kind_index(),
+            Record::Cm(_) => 6,
         }
+    }
+
+    pub fn kind_label(&self) -> &'static str {
+        RECORD_KINDS[self.kind_index()]
     }
 }
 

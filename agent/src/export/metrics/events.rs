@@ -1,31 +1,19 @@
 //! The event path itself: records received, lost in the kernel, malformed,
 //! and events for QPs the agent did not know.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use prometheus::{IntCounter, IntCounterVec};
 use qpwatch_common::{LostReason, LOST_REASONS};
 
-use super::Registrar;
-use crate::model::events::DecodeError;
-
-/// The `kind` values of records (`Record::kind_label`), whose
-/// `qpwatch_events_total` series are looked up once.
-const KINDS: [&str; 7] = [
-    "qp_create",
-    "qp_modify",
-    "qp_destroy",
-    "qp_async_event",
-    "qp_completion_error",
-    "qp_device_error",
-    "cm",
-];
+use super::{resolved::Resolved, Registrar};
+use crate::model::events::{DecodeError, RECORD_KINDS};
 
 #[derive(Clone)]
 pub struct EventMetrics {
     received: IntCounterVec,
-    /// `received`'s series per [`KINDS`] entry, made at its first event.
-    received_by_kind: Arc<[OnceLock<IntCounter>; KINDS.len()]>,
+    /// `received`'s series per [`RECORD_KINDS`] entry, made at its first event.
+    received_by_kind: Arc<Resolved<IntCounter, { RECORD_KINDS.len() }>>,
     lost: IntCounterVec,
     malformed: IntCounterVec,
     untracked: IntCounterVec,
@@ -47,7 +35,7 @@ impl EventMetrics {
                 "Kernel events received from the ring buffer, by kind.",
                 &["kind"],
             ),
-            received_by_kind: Arc::default(),
+            received_by_kind: Arc::new(Resolved::new()),
             lost,
             malformed: r.counter_vec(
                 "qpwatch_events_malformed_total",
@@ -63,9 +51,10 @@ impl EventMetrics {
     }
 
     pub fn received(&self, kind: &str) {
-        match KINDS.iter().position(|k| *k == kind) {
-            Some(i) => self.received_by_kind[i]
-                .get_or_init(|| self.received.with_label_values(&[kind]))
+        match RECORD_KINDS.iter().position(|k| *k == kind) {
+            Some(i) => self
+                .received_by_kind
+                .get(i, || self.received.with_label_values(&[kind]))
                 .inc(),
             None => self.received.with_label_values(&[kind]).inc(),
         }

@@ -27,6 +27,7 @@ mod process;
 pub mod qp;
 pub mod qp_errors;
 mod registrar;
+mod resolved;
 pub mod responder;
 mod sysfs;
 mod sysfs_reads;

@@ -2,7 +2,7 @@
 //! latencies, and the live QPs by state.
 
 use std::{
-    sync::{Arc, OnceLock, RwLock},
+    sync::{Arc, RwLock},
     time::Duration,
 };
 
@@ -10,7 +10,7 @@ use fnv::FnvHashMap;
 use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec};
 use qpwatch_common::QpOrigin;
 
-use super::{Buckets, Registrar};
+use super::{resolved::Resolved, Buckets, Registrar};
 use crate::kernel::rdma::{errno_label, QpState, QpType};
 
 #[derive(Clone)]
@@ -28,9 +28,8 @@ pub struct QpMetrics {
     destroyed: IntCounterVec,
     destroy_errors: IntCounterVec,
     live: IntGaugeVec,
-    /// Series looked up once, then used directly: `with_label_values`
-    /// hashes every label value and takes the family's lock at each call.
-    /// None of these families ever drops a series.
+    /// Series looked up once ([`Resolved`]); none of these families ever
+    /// drops a series.
     transition_series: Arc<Resolved<Histogram, { TRANSITION_SLOTS }>>,
     dwell_series: Arc<Resolved<Histogram, { STATES }>>,
     live_series: Arc<RwLock<LiveByDevice>>,
@@ -44,20 +43,6 @@ const STATES: usize = QpState::ALL.len();
 const TRANSITION_SLOTS: usize = (STATES + 1) * STATES;
 /// Every type (the named ones and `Other`) in every state, for one device.
 const LIVE_SLOTS: usize = (QpType::KNOWN.len() + 1) * STATES;
-
-/// One series per slot, made on first use: a family shows only the label
-/// values observed, as with `with_label_values`.
-struct Resolved<T, const N: usize>([OnceLock<T>; N]);
-
-impl<T, const N: usize> Resolved<T, N> {
-    fn new() -> Self {
-        Self(std::array::from_fn(|_| OnceLock::new()))
-    }
-
-    fn get(&self, slot: usize, make: impl FnOnce() -> T) -> &T {
-        self.0[slot].get_or_init(make)
-    }
-}
 
 fn origin_label(origin: QpOrigin) -> &'static str {
     match origin {
