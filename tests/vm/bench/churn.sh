@@ -89,6 +89,10 @@ scrape_ms() {
   for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
   curl -fsS -w '%{num_connects} %{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $2 * 1000 }'
 }
+# per_syscall FILE N: an `strace -c` summary divided by N: "total (name n, ...)".
+per_syscall() {
+  echo "$(awk -v n="$2" '$NF == "total" { printf "%.1f", $4 / n }' "$1") ($(awk -v n="$2" '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / n }' "$1" | sed 's/, $//'))"
+}
 # BENCH_ONLY=scrape: /metrics and /healthz over one kept-alive connection,
 # each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN (a directory
 # holding another qpwatch build) the two builds in turn, for comparing them.
@@ -121,7 +125,7 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
       sleep 2
       scrape_ms 19 >/dev/null
       kill -INT "$strace_pid" && wait "$strace_pid" || true
-      say "repetition $rep, ${bins[$i]}: system calls per scrape $(awk '$NF == "total" { printf "%.1f", $4 / 20 }' "$OUT/strace.txt") ($(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / 20 }' "$OUT/strace.txt" | sed 's/, $//'))"
+      say "repetition $rep, ${bins[$i]}: system calls per scrape $(per_syscall "$OUT/strace.txt" 20)"
       stop_agent
     done
   done
@@ -152,7 +156,7 @@ if [ "${BENCH_ONLY:-}" = idle ]; then
       strace_pid=$!
       sleep 10
       kill -INT "$strace_pid" && wait "$strace_pid" || true
-      say "repetition $rep, ${bins[$i]}: idle CPU $us µs/s; system calls per second $(awk '$NF == "total" { printf "%.1f", $4 / 10 }' "$OUT/strace-idle.txt") ($(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / 10 }' "$OUT/strace-idle.txt" | sed 's/, $//'))"
+      say "repetition $rep, ${bins[$i]}: idle CPU $us µs/s; system calls per second $(per_syscall "$OUT/strace-idle.txt" 10)"
       stop_agent
     done
   done
