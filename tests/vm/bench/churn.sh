@@ -21,13 +21,16 @@
 # BENCH_ONLY=idle: an idle agent's CPU and system calls per second.
 # BENCH_ONLY=bpf: only the BPF run-time statistics (a few minutes: for
 # measuring a change to the programs before a full run); with BENCH_ALT_BIN,
-# a second qpwatch build in every repetition too.
+# the other qpwatch builds in every repetition too.
+# BENCH_ALT_BIN: directories holding other qpwatch builds, separated by
+# spaces, run in turn after this one in the bpf, scrape and idle modes.
 # vm-timeout: 2400
 ROUNDS=${BENCH_ROUNDS:-5}
 LC=${BENCH_LIFECYCLES:-1000}
 RAMP_LC=${BENCH_RAMP_LIFECYCLES:-2500}
 HOLD=${BENCH_HOLD:-10000}
 table=$OUT/table.md
+read -ra ALT_BINS <<<"${BENCH_ALT_BIN:-}"
 : >"$table"
 row() { echo "$*" >>"$table"; }
 OPS=(create modify_init modify_rtr modify_rts destroy)
@@ -94,12 +97,12 @@ per_syscall() {
   echo "$(awk -v n="$2" '$NF == "total" { printf "%.1f", $4 / n }' "$1") ($(awk -v n="$2" '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / n }' "$1" | sed 's/, $//'))"
 }
 # BENCH_ONLY=scrape: /metrics and /healthz over one kept-alive connection,
-# each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN (a directory
-# holding another qpwatch build) the two builds in turn, for comparing them.
+# each agent fresh, BENCH_SCRAPE_REPS times; with BENCH_ALT_BIN the builds
+# in turn, for comparing them.
 # BENCH_SCRAPE_HOLD=N: with N more QPs held open by qp-churn meanwhile (each
 # agent adopts them at start-up, from RDMA netlink).
 if [ "${BENCH_ONLY:-}" = scrape ]; then
-  bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
+  bins=("$BIN" "${ALT_BINS[@]}")
   say "scrape benchmark ($(nproc) vCPUs): builds ${bins[*]}"
   held=${BENCH_SCRAPE_HOLD:-0}
   if [ "$held" -gt 0 ]; then
@@ -138,9 +141,9 @@ if [ "${BENCH_ONLY:-}" = scrape ]; then
 fi
 # BENCH_ONLY=idle: an idle agent's CPU (µs per second, over 10 s) and its
 # system calls per second (over another 10 s, under strace), each agent
-# fresh, BENCH_IDLE_REPS times; with BENCH_ALT_BIN the two builds in turn.
+# fresh, BENCH_IDLE_REPS times; with BENCH_ALT_BIN the builds in turn.
 if [ "${BENCH_ONLY:-}" = idle ]; then
-  bins=("$BIN" ${BENCH_ALT_BIN:+"$BENCH_ALT_BIN"})
+  bins=("$BIN" "${ALT_BINS[@]}")
   say "idle benchmark ($(nproc) vCPUs, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)): builds ${bins[*]}"
   declare -A IDLE=()
   for rep in $(seq 1 "${BENCH_IDLE_REPS:-3}"); do
@@ -247,10 +250,10 @@ stats_cost() {
   sysctl -qw kernel.bpf_stats_enabled=0
 }
 stats_b=() stats_c=() stats_d=() stats_ratio=()
-# BENCH_ONLY=bpf with BENCH_ALT_BIN (a directory holding another qpwatch
-# build): both builds in each repetition, beside the same bpftrace runs.
+# BENCH_ONLY=bpf with BENCH_ALT_BIN: every build in each repetition, beside
+# the same bpftrace runs.
 stats_bins=("$BIN")
-[ -z "$BPF_ONLY" ] || [ -z "${BENCH_ALT_BIN:-}" ] || stats_bins+=("$BENCH_ALT_BIN")
+[ -z "$BPF_ONLY" ] || stats_bins+=("${ALT_BINS[@]}")
 declare -A STATS_ALT=() # STATS_ALT[build index] = per-repetition µs and ratios
 for rep in $(seq 1 "$STATS_REPS"); do
   bpf_bins=()
