@@ -125,6 +125,7 @@ fn finish_cm(ctx: &RetProbeContext, op: CmOp, only_with_qp: bool) {
     let Some((k, c)) = cm_offsets() else { return };
     let rc: u64 = ctx.ret();
     finish(ctx, &CM_PENDING, op.hook(), |event| {
+        event.end_ns = now_ns();
         let had_qp = event.flags & CM_FLAG_HAS_QP != 0;
         event.rc = rc as i32;
         let id_priv = event.id_ptr;
@@ -133,7 +134,9 @@ fn finish_cm(ctx: &RetProbeContext, op: CmOp, only_with_qp: bool) {
             event.state_after = read_u32(id_priv, c.id_priv_state);
             event.flags |= CM_FLAG_STATE_AFTER;
         }
-        had_qp || !only_with_qp
+        if had_qp || !only_with_qp {
+            emit(&*event);
+        }
     });
 }
 

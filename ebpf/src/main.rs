@@ -4,7 +4,9 @@
 //!
 //! Every kprobe records the call's arguments into an in-flight table keyed by
 //! (thread, hook, nesting level); the matching kretprobe adds the return value
-//! and end time and emits one record into the `EVENTS` ring buffer. A thread's entry is reused
+//! and end time and emits one record into the `EVENTS` ring buffer (the QP
+//! hooks keep only what their return cannot read itself, and build the
+//! record in its ring slot). A thread's entry is reused
 //! from call to call (written in place, disarmed after its return) rather than
 //! inserted and deleted each time: a hash update and a delete are the
 //! programs' most expensive steps, and the LRU table forgets dead threads.
@@ -82,7 +84,7 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 #[map]
-pub(crate) static PENDING: LruHashMap<PendingKey, Pending<QpEvent>> =
+pub(crate) static PENDING: LruHashMap<PendingKey, Pending<qp::QpCall>> =
     LruHashMap::with_max_entries(16384, 0);
 
 /// Per kprobe/kretprobe pair: since when its kretprobe is attached
@@ -198,7 +200,6 @@ pub(crate) trait InFlight: Copy + 'static {
     /// The calling thread, as recorded at entry.
     fn pid_tgid(&self) -> u64;
     fn start_ns(&self) -> u64;
-    fn set_end_ns(&mut self, ns: u64);
     fn armed(&self) -> bool;
     fn disarm(&mut self);
 }
@@ -222,9 +223,6 @@ macro_rules! in_flight {
             fn start_ns(&self) -> u64 {
                 self.start_ns
             }
-            fn set_end_ns(&mut self, ns: u64) {
-                self.end_ns = ns;
-            }
             fn armed(&self) -> bool {
                 self.kind != 0
             }
@@ -234,7 +232,7 @@ macro_rules! in_flight {
         }
     };
 }
-in_flight!(QpEvent, QP_IDLE);
+in_flight!(qp::QpCall, QP_IDLE);
 in_flight!(qpwatch_common::CmEvent, CM_IDLE);
 
 /// The stack pointer at a kprobe on a function's first instruction, 0 where
@@ -369,24 +367,21 @@ fn entry_level<T: InFlight>(
     level
 }
 
-/// Completes the innermost open call of `hook` on this thread and emits it
-/// unless `complete` says to drop it.
+/// Hands the innermost open call of `hook` on this thread to `complete`,
+/// then closes it.
 #[inline(always)]
 pub(crate) fn finish<T: InFlight>(
     ctx: &RetProbeContext,
     table: &LruHashMap<PendingKey, Pending<T>>,
     hook: u32,
-    complete: impl FnOnce(&mut T) -> bool,
+    complete: impl FnOnce(&mut T),
 ) {
     let Some(call) = returning_call(ctx, table, hook) else {
         return;
     };
     // SAFETY: as in open_entry.
     let record = unsafe { &mut (*call).record };
-    record.set_end_ns(now_ns());
-    if complete(record) {
-        emit(&*record);
-    }
+    complete(record);
     record.disarm();
 }
 
@@ -457,16 +452,38 @@ fn returning_call<T: InFlight>(
     None
 }
 
+/// The flags that submit a record: a wakeup once the unread records reach
+/// `WAKEUP_BYTES`, none below.
 #[inline(always)]
-pub(crate) fn emit<T>(event: &T) {
-    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
+fn submit_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
-    };
-    if EVENTS.output::<T>(event, flags).is_err() {
+    }
+}
+
+/// Writes a record built on the stack into the ring.
+#[inline(always)]
+pub(crate) fn emit<T: 'static>(event: &T) {
+    if EVENTS.output::<T>(event, submit_flags()).is_err() {
         count_lost(LostReason::RingBufferFull);
     }
+}
+
+/// Builds a QP record in its own ring slot, from zero: no copy of it is
+/// made on the stack or through `bpf_ringbuf_output()`.
+#[inline(always)]
+pub(crate) fn emit_in_place(fill: impl FnOnce(&mut QpEvent)) {
+    let flags = submit_flags();
+    let Some(mut slot) = EVENTS.reserve::<QpEvent>(0) else {
+        count_lost(LostReason::RingBufferFull);
+        return;
+    };
+    let record: *mut QpEvent = slot.write(QpEvent::zeroed());
+    // SAFETY: the slot, initialized by `write`, is ours until submitted.
+    fill(unsafe { &mut *record });
+    slot.submit(flags);
 }
 
 #[cfg(not(test))]

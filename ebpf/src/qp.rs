@@ -1,4 +1,6 @@
-//! QP lifecycle programs: kprobe/kretprobe pairs in ib_core.
+//! QP lifecycle programs: kprobe/kretprobe pairs in ib_core. The kprobe
+//! keeps the arguments and what the return can no longer read (a destroyed
+//! QP); the kretprobe reads the rest and builds the record in its ring slot.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf},
@@ -11,9 +13,62 @@ use qpwatch_common::{
 };
 
 use crate::{
-    begin, current_comm, finish, now_ns, offsets, read_device_name, read_ptr, read_u32, read_u8,
-    MAX_ERRNO, PENDING,
+    begin, current_comm, emit_in_place, finish, now_ns, offsets, read_device_name, read_ptr,
+    read_u32, read_u8, MAX_ERRNO, PENDING,
 };
+
+/// A QP call between its kprobe and its kretprobe.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct QpCall {
+    /// [`EventKind`] as u32; 0 once the call is closed.
+    pub(crate) kind: u32,
+    /// Modifies: `attr_mask`; destroys: the QP's number.
+    pub(crate) word: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) pid_tgid: u64,
+    /// Creates and destroys: the `ib_device`; modifies: the `ib_qp`.
+    pub(crate) object: u64,
+    /// Creates: the `ib_qp_init_attr`; modifies: the `ib_qp_attr`;
+    /// destroys: the QP's type.
+    pub(crate) attr: u64,
+}
+
+impl QpCall {
+    pub(crate) const fn zeroed() -> Self {
+        Self {
+            kind: 0,
+            word: 0,
+            start_ns: 0,
+            pid_tgid: 0,
+            object: 0,
+            attr: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn new(kind: EventKind, object: u64, attr: u64, word: u32) -> Self {
+        Self {
+            kind: kind as u32,
+            word,
+            start_ns: now_ns(),
+            pid_tgid: bpf_get_current_pid_tgid(),
+            object,
+            attr,
+        }
+    }
+
+    /// The record of this call, returning now: who made it (the same thread
+    /// as at entry) and when.
+    #[inline(always)]
+    fn record_into(&self, event: &mut QpEvent) {
+        event.kind = self.kind;
+        event.start_ns = self.start_ns;
+        event.end_ns = now_ns();
+        event.pid_tgid = self.pid_tgid;
+        current_comm(&mut event.comm);
+    }
+}
 
 #[inline(always)]
 pub(crate) fn new_event(kind: EventKind) -> QpEvent {
@@ -26,35 +81,30 @@ pub(crate) fn new_event(kind: EventKind) -> QpEvent {
 }
 
 #[inline(always)]
-fn begin_create(
-    ctx: &ProbeContext,
-    origin: QpOrigin,
-    hook: u32,
-    device: u64,
-    init_attr: u64,
-    offsets: &KernelOffsets,
-) {
-    let mut event = new_event(EventKind::QpCreate);
-    event.origin = origin as u32;
-    // SAFETY: a helper without arguments, allowed in kprobes.
-    event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    event.qp_type = read_u32(init_attr, offsets.ib_qp_init_attr_qp_type);
-    read_device_name(device, offsets, &mut event.device);
-    begin(ctx, &PENDING, hook, &event);
+fn begin_create(ctx: &ProbeContext, hook: u32, device: u64, init_attr: u64) {
+    let call = QpCall::new(EventKind::QpCreate, device, init_attr, 0);
+    begin(ctx, &PENDING, hook, &call);
 }
 
 #[inline(always)]
-fn finish_create(ctx: &RetProbeContext, hook: u32) {
+fn finish_create(ctx: &RetProbeContext, hook: u32, origin: QpOrigin) {
     let Some(offsets) = offsets() else { return };
     let qp: u64 = ctx.ret();
-    finish(ctx, &PENDING, hook, |event| {
-        if qp == 0 || qp >= MAX_ERRNO.wrapping_neg() {
-            event.rc = qp as i64 as i32;
-        } else {
-            event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
-            event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
-        }
-        true
+    finish(ctx, &PENDING, hook, |call| {
+        emit_in_place(|event| {
+            call.record_into(event);
+            event.origin = origin as u32;
+            // SAFETY: a helper without arguments, allowed in kprobes.
+            event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+            read_device_name(call.object, &offsets, &mut event.device);
+            if qp == 0 || qp >= MAX_ERRNO.wrapping_neg() {
+                event.rc = qp as i64 as i32;
+                event.qp_type = read_u32(call.attr, offsets.ib_qp_init_attr_qp_type);
+            } else {
+                event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
+                event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+            }
+        });
     });
 }
 
@@ -63,23 +113,18 @@ fn finish_create(ctx: &RetProbeContext, hook: u32) {
 ///     const char *caller)` — every uverbs QP, including librdmacm's `rdma_create_qp`.
 #[kprobe(function = "ib_create_qp_user")]
 pub fn qp_create_user(ctx: ProbeContext) -> u32 {
-    let Some(offsets) = offsets() else { return 0 };
+    if offsets().is_none() {
+        return 0;
+    }
     let device: u64 = ctx.arg(0).unwrap_or(0);
     let init_attr: u64 = ctx.arg(2).unwrap_or(0);
-    begin_create(
-        &ctx,
-        QpOrigin::User,
-        hook::CREATE_QP_USER,
-        device,
-        init_attr,
-        &offsets,
-    );
+    begin_create(&ctx, hook::CREATE_QP_USER, device, init_attr);
     0
 }
 
 #[kretprobe(function = "ib_create_qp_user")]
 pub fn qp_create_user_ret(ctx: RetProbeContext) -> u32 {
-    finish_create(&ctx, hook::CREATE_QP_USER);
+    finish_create(&ctx, hook::CREATE_QP_USER, QpOrigin::User);
     0
 }
 
@@ -95,20 +140,13 @@ pub fn qp_create_kernel(ctx: ProbeContext) -> u32 {
     } else {
         read_ptr(pd, offsets.ib_pd_device)
     };
-    begin_create(
-        &ctx,
-        QpOrigin::Kernel,
-        hook::CREATE_QP_KERNEL,
-        device,
-        init_attr,
-        &offsets,
-    );
+    begin_create(&ctx, hook::CREATE_QP_KERNEL, device, init_attr);
     0
 }
 
 #[kretprobe(function = "ib_create_qp_kernel")]
 pub fn qp_create_kernel_ret(ctx: RetProbeContext) -> u32 {
-    finish_create(&ctx, hook::CREATE_QP_KERNEL);
+    finish_create(&ctx, hook::CREATE_QP_KERNEL, QpOrigin::Kernel);
     0
 }
 
@@ -125,23 +163,40 @@ pub(crate) fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets)
 
 /// `static int _ib_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int attr_mask,
 ///     struct ib_udata *udata)` — both `ib_modify_qp_with_udata` (uverbs) and
-/// `ib_modify_qp` (kernel) end here, always with `qp->real_qp`.
+/// `ib_modify_qp` (kernel) end here, always with `qp->real_qp`. Both callers
+/// own `attr` until this returns, and it keeps the fields read here.
 #[kprobe(function = "_ib_modify_qp")]
 pub fn qp_modify(ctx: ProbeContext) -> u32 {
-    let Some(offsets) = offsets() else { return 0 };
+    if offsets().is_none() {
+        return 0;
+    }
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let attr: u64 = ctx.arg(1).unwrap_or(0);
     let attr_mask: u32 = ctx.arg(2).unwrap_or(0);
-    let mut event = new_event(EventKind::QpModify);
-    qp_identity(&mut event, qp, &offsets);
-    event.attr_mask = attr_mask;
-    if attr_mask & IB_QP_STATE_MASK != 0 {
-        event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
-    }
-    if offsets.peers_valid != 0 {
-        read_remote(&mut event, attr, attr_mask, &offsets);
-    }
-    begin(&ctx, &PENDING, hook::MODIFY_QP, &event);
+    let call = QpCall::new(EventKind::QpModify, qp, attr, attr_mask);
+    begin(&ctx, &PENDING, hook::MODIFY_QP, &call);
+    0
+}
+
+#[kretprobe(function = "_ib_modify_qp")]
+pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
+    let rc: u64 = ctx.ret();
+    finish(&ctx, &PENDING, hook::MODIFY_QP, |call| {
+        emit_in_place(|event| {
+            call.record_into(event);
+            event.rc = rc as i32;
+            qp_identity(event, call.object, &offsets);
+            let (attr, attr_mask) = (call.attr, call.word);
+            event.attr_mask = attr_mask;
+            if attr_mask & IB_QP_STATE_MASK != 0 {
+                event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
+            }
+            if offsets.peers_valid != 0 {
+                read_remote(event, attr, attr_mask, &offsets);
+            }
+        });
+    });
     0
 }
 
@@ -166,35 +221,36 @@ fn read_remote(event: &mut QpEvent, attr: u64, attr_mask: u32, offsets: &KernelO
     }
 }
 
-#[kretprobe(function = "_ib_modify_qp")]
-pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
-    let rc: u64 = ctx.ret();
-    finish(&ctx, &PENDING, hook::MODIFY_QP, |event| {
-        event.rc = rc as i32;
-        true
-    });
-    0
-}
-
 /// `int ib_destroy_qp_user(struct ib_qp *qp, struct ib_udata *udata)` — uverbs and
 /// kernel (`ib_destroy_qp()` is an inline wrapper) destroys alike. Fails with
-/// -EBUSY while the QP is still in use, so the return code decides.
+/// -EBUSY while the QP is still in use, so the return code decides. The QP is
+/// freed by its return: what identifies it is read here; its device outlives it.
 #[kprobe(function = "ib_destroy_qp_user")]
 pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let qp: u64 = ctx.arg(0).unwrap_or(0);
-    let mut event = new_event(EventKind::QpDestroy);
-    qp_identity(&mut event, qp, &offsets);
-    begin(&ctx, &PENDING, hook::DESTROY_QP, &event);
+    let call = QpCall::new(
+        EventKind::QpDestroy,
+        read_ptr(qp, offsets.ib_qp_device),
+        read_u32(qp, offsets.ib_qp_qp_type) as u64,
+        read_u32(qp, offsets.ib_qp_qp_num),
+    );
+    begin(&ctx, &PENDING, hook::DESTROY_QP, &call);
     0
 }
 
 #[kretprobe(function = "ib_destroy_qp_user")]
 pub fn qp_destroy_ret(ctx: RetProbeContext) -> u32 {
+    let Some(offsets) = offsets() else { return 0 };
     let rc: u64 = ctx.ret();
-    finish(&ctx, &PENDING, hook::DESTROY_QP, |event| {
-        event.rc = rc as i32;
-        true
+    finish(&ctx, &PENDING, hook::DESTROY_QP, |call| {
+        emit_in_place(|event| {
+            call.record_into(event);
+            event.rc = rc as i32;
+            event.qp_num = call.word;
+            event.qp_type = call.attr as u32;
+            read_device_name(call.object, &offsets, &mut event.device);
+        });
     });
     0
 }
