@@ -80,6 +80,23 @@ pub(crate) fn new_event(kind: EventKind) -> QpEvent {
     event
 }
 
+/// Closes the returning QP call of `hook` with its record, built in its ring
+/// slot: who and when, then what `fill` reads.
+#[inline(always)]
+fn finish_qp(
+    ctx: &RetProbeContext,
+    hook: u32,
+    fill: impl FnOnce(&QpCall, &mut QpEvent, &KernelOffsets),
+) {
+    let Some(offsets) = offsets() else { return };
+    finish(ctx, &PENDING, hook, |call| {
+        emit_in_place(|event| {
+            call.record_into(event);
+            fill(call, event, &offsets);
+        });
+    });
+}
+
 #[inline(always)]
 fn begin_create(ctx: &ProbeContext, hook: u32, device: u64, init_attr: u64) {
     let call = QpCall::new(EventKind::QpCreate, device, init_attr, 0);
@@ -88,23 +105,19 @@ fn begin_create(ctx: &ProbeContext, hook: u32, device: u64, init_attr: u64) {
 
 #[inline(always)]
 fn finish_create(ctx: &RetProbeContext, hook: u32, origin: QpOrigin) {
-    let Some(offsets) = offsets() else { return };
     let qp: u64 = ctx.ret();
-    finish(ctx, &PENDING, hook, |call| {
-        emit_in_place(|event| {
-            call.record_into(event);
-            event.origin = origin as u32;
-            // SAFETY: a helper without arguments, allowed in kprobes.
-            event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-            read_device_name(call.object, &offsets, &mut event.device);
-            if qp == 0 || qp >= MAX_ERRNO.wrapping_neg() {
-                event.rc = qp as i64 as i32;
-                event.qp_type = read_u32(call.attr, offsets.ib_qp_init_attr_qp_type);
-            } else {
-                event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
-                event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
-            }
-        });
+    finish_qp(ctx, hook, |call, event, offsets| {
+        event.origin = origin as u32;
+        // SAFETY: a helper without arguments, allowed in kprobes.
+        event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+        read_device_name(call.object, offsets, &mut event.device);
+        if qp == 0 || qp >= MAX_ERRNO.wrapping_neg() {
+            event.rc = qp as i64 as i32;
+            event.qp_type = read_u32(call.attr, offsets.ib_qp_init_attr_qp_type);
+        } else {
+            event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
+            event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+        }
     });
 }
 
@@ -180,22 +193,18 @@ pub fn qp_modify(ctx: ProbeContext) -> u32 {
 
 #[kretprobe(function = "_ib_modify_qp")]
 pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
-    let Some(offsets) = offsets() else { return 0 };
     let rc: u64 = ctx.ret();
-    finish(&ctx, &PENDING, hook::MODIFY_QP, |call| {
-        emit_in_place(|event| {
-            call.record_into(event);
-            event.rc = rc as i32;
-            qp_identity(event, call.object, &offsets);
-            let (attr, attr_mask) = (call.attr, call.word);
-            event.attr_mask = attr_mask;
-            if attr_mask & IB_QP_STATE_MASK != 0 {
-                event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
-            }
-            if offsets.peers_valid != 0 {
-                read_remote(event, attr, attr_mask, &offsets);
-            }
-        });
+    finish_qp(&ctx, hook::MODIFY_QP, |call, event, offsets| {
+        event.rc = rc as i32;
+        qp_identity(event, call.object, offsets);
+        let (attr, attr_mask) = (call.attr, call.word);
+        event.attr_mask = attr_mask;
+        if attr_mask & IB_QP_STATE_MASK != 0 {
+            event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
+        }
+        if offsets.peers_valid != 0 {
+            read_remote(event, attr, attr_mask, offsets);
+        }
     });
     0
 }
@@ -241,16 +250,12 @@ pub fn qp_destroy(ctx: ProbeContext) -> u32 {
 
 #[kretprobe(function = "ib_destroy_qp_user")]
 pub fn qp_destroy_ret(ctx: RetProbeContext) -> u32 {
-    let Some(offsets) = offsets() else { return 0 };
     let rc: u64 = ctx.ret();
-    finish(&ctx, &PENDING, hook::DESTROY_QP, |call| {
-        emit_in_place(|event| {
-            call.record_into(event);
-            event.rc = rc as i32;
-            event.qp_num = call.word;
-            event.qp_type = call.attr as u32;
-            read_device_name(call.object, &offsets, &mut event.device);
-        });
+    finish_qp(&ctx, hook::DESTROY_QP, |call, event, offsets| {
+        event.rc = rc as i32;
+        event.qp_num = call.word;
+        event.qp_type = call.attr as u32;
+        read_device_name(call.object, offsets, &mut event.device);
     });
     0
 }
