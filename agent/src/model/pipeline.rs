@@ -141,7 +141,7 @@ impl Pipeline {
     }
 
     fn handle(&mut self, record: Record) {
-        self.metrics.events.received(record.kind_label());
+        self.metrics.events.received_kind(record.kind_index());
         match record {
             Record::Qp(call) => {
                 let before = self.sink.is_some().then(|| {

@@ -52,12 +52,18 @@ impl EventMetrics {
 
     pub fn received(&self, kind: &str) {
         match RECORD_KINDS.iter().position(|k| *k == kind) {
-            Some(i) => self
-                .received_by_kind
-                .get(i, || self.received.with_label_values(&[kind]))
-                .inc(),
+            Some(i) => self.received_kind(i),
             None => self.received.with_label_values(&[kind]).inc(),
         }
+    }
+
+    /// A record of kind `RECORD_KINDS[index]` (`Record::kind_index`).
+    pub fn received_kind(&self, index: usize) {
+        self.received_by_kind
+            .get(index, || {
+                self.received.with_label_values(&[RECORD_KINDS[index]])
+            })
+            .inc();
     }
 
     pub fn malformed(&self, error: &DecodeError) {
