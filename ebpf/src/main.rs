@@ -68,16 +68,19 @@ pub(crate) static RXE_OFFSETS: Global<RxeOffsets> = Global::new(RxeOffsets {
     valid: 0,
 });
 
-/// Bytes of unread records from which a record wakes the agent up; below it,
-/// records are written without a wakeup and the agent drains them on its own
-/// timer (one wakeup per batch instead of one per event). Set before load.
+/// Bytes of records after which one wakes the agent up; the others are
+/// written without a wakeup and the agent drains them on its own timer (one
+/// wakeup per batch instead of one per event). Set before load.
 #[no_mangle]
 static WAKEUP_BYTES: Global<u64> = Global::new(0);
 
-// include/uapi/linux/bpf.h: bpf_ringbuf_output() flags, bpf_ringbuf_query() flag.
+/// Bytes written since the last record that woke the agent.
+#[no_mangle]
+static mut BYTES_SINCE_WAKEUP: u64 = 0;
+
+// include/uapi/linux/bpf.h: bpf_ringbuf_output() flags.
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
-const BPF_RB_AVAIL_DATA: u64 = 0;
 
 /// Resized by the agent (`ring_buffer_bytes`) before load.
 #[map]
@@ -452,21 +455,34 @@ fn returning_call<T: InFlight>(
     None
 }
 
-/// The flags that submit a record: a wakeup once the unread records reach
-/// `WAKEUP_BYTES`, none below.
+/// The flags that submit a record of `size` bytes: a wakeup once
+/// `WAKEUP_BYTES` have been written since the last one, none before. A
+/// count in memory, not `bpf_ringbuf_query()`: a helper call per record
+/// costs more, and a reader that falls behind is not then woken by every
+/// record. Programs on other CPUs may lose each other's additions, which
+/// only delays a wakeup; the agent's timer drains the ring regardless.
 #[inline(always)]
-fn submit_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP
+fn submit_flags(size: usize) -> u64 {
+    let counter = &raw mut BYTES_SINCE_WAKEUP;
+    // SAFETY: a plain u64 in the program's .bss map, always mapped.
+    let written = unsafe { counter.read_volatile() } + size as u64;
+    let (written, flags) = if written >= WAKEUP_BYTES.load() {
+        (0, BPF_RB_FORCE_WAKEUP)
     } else {
-        BPF_RB_NO_WAKEUP
-    }
+        (written, BPF_RB_NO_WAKEUP)
+    };
+    // SAFETY: as above.
+    unsafe { counter.write_volatile(written) };
+    flags
 }
 
 /// Writes a record built on the stack into the ring.
 #[inline(always)]
 pub(crate) fn emit<T: 'static>(event: &T) {
-    if EVENTS.output::<T>(event, submit_flags()).is_err() {
+    if EVENTS
+        .output::<T>(event, submit_flags(core::mem::size_of::<T>()))
+        .is_err()
+    {
         count_lost(LostReason::RingBufferFull);
     }
 }
@@ -475,11 +491,11 @@ pub(crate) fn emit<T: 'static>(event: &T) {
 /// made on the stack or through `bpf_ringbuf_output()`.
 #[inline(always)]
 pub(crate) fn emit_in_place(fill: impl FnOnce(&mut QpEvent)) {
-    let flags = submit_flags();
     let Some(mut slot) = EVENTS.reserve::<QpEvent>(0) else {
         count_lost(LostReason::RingBufferFull);
         return;
     };
+    let flags = submit_flags(core::mem::size_of::<QpEvent>());
     let record: *mut QpEvent = slot.write(QpEvent::zeroed());
     // SAFETY: the slot, initialized by `write`, is ours until submitted.
     fill(unsafe { &mut *record });

@@ -128,9 +128,10 @@ impl InstanceKind {
     }
 }
 
-/// How full the ring buffer gets before a record wakes the agent: a quarter
-/// of it, at most 64 KiB. Below that the agent drains on its timer
-/// ([`DRAIN_INTERVAL`]), so a burst costs one wakeup, not one per event.
+/// How many bytes of records are written between two that wake the agent: a
+/// quarter of the ring, at most 64 KiB. The others are drained on the
+/// agent's timer ([`DRAIN_INTERVAL`]), so a burst costs one wakeup, not one
+/// per event, and a reader that falls behind is not woken by every record.
 pub fn wakeup_bytes(ring_buffer_bytes: u32) -> u64 {
     u64::from(ring_buffer_bytes / 4).min(64 * 1024)
 }

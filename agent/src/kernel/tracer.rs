@@ -687,7 +687,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
-/// Wakes when one instance's ring passes its wakeup mark and drains every
+/// Wakes when a record of one instance's ring asks for it
+/// ([`crate::kernel::hooks::wakeup_bytes`]) and drains every
 /// ring, merged in kernel order (`Pipeline::drain`). On stop it drains what
 /// is left and takes its ring out of the pipeline.
 async fn drain_rings(
@@ -728,7 +729,7 @@ async fn drain_until_stopped(
     }
 }
 
-/// Records written below the wakeup mark wake nobody: every ring is read on
+/// Records that do not ask for a wakeup wake nobody: every ring is read on
 /// this one timer.
 async fn drain_on_timer(pipeline: Arc<Mutex<Pipeline>>) {
     let mut timer = tokio::time::interval(crate::kernel::hooks::DRAIN_INTERVAL);
