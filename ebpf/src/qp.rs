@@ -3,7 +3,10 @@
 //! QP); the kretprobe reads the rest and builds the record in its ring slot.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf,
+    },
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
@@ -115,8 +118,7 @@ fn finish_create(ctx: &RetProbeContext, hook: u32, origin: QpOrigin) {
             event.rc = qp as i64 as i32;
             event.qp_type = read_u32(call.attr, offsets.ib_qp_init_attr_qp_type);
         } else {
-            event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
-            event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+            (event.qp_num, event.qp_type) = read_qp_num_and_type(qp, offsets);
         }
     });
 }
@@ -163,10 +165,31 @@ pub fn qp_create_kernel_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// `qp->qp_num` and `qp->qp_type`, with one read where the type lies in the
+/// 16 bytes from the number on (6.1: `qp_num`, `max_write_sge`,
+/// `max_read_sge`, `qp_type`).
+#[inline(always)]
+pub(crate) fn read_qp_num_and_type(qp: u64, offsets: &KernelOffsets) -> (u32, u32) {
+    let type_word = match offsets.ib_qp_qp_type.wrapping_sub(offsets.ib_qp_qp_num) {
+        4 => 1,
+        8 => 2,
+        12 => 3,
+        _ => {
+            return (
+                read_u32(qp, offsets.ib_qp_qp_num),
+                read_u32(qp, offsets.ib_qp_qp_type),
+            )
+        }
+    };
+    let from = (qp + offsets.ib_qp_qp_num as u64) as *const [u32; 4];
+    // SAFETY: bpf_probe_read_kernel validates the address and fails instead of faulting.
+    let words = unsafe { bpf_probe_read_kernel(from) }.unwrap_or([0; 4]);
+    (words[0], words[type_word & 3])
+}
+
 #[inline(always)]
 pub(crate) fn qp_identity(event: &mut QpEvent, qp: u64, offsets: &KernelOffsets) {
-    event.qp_num = read_u32(qp, offsets.ib_qp_qp_num);
-    event.qp_type = read_u32(qp, offsets.ib_qp_qp_type);
+    (event.qp_num, event.qp_type) = read_qp_num_and_type(qp, offsets);
     read_device_name(
         read_ptr(qp, offsets.ib_qp_device),
         offsets,
@@ -238,11 +261,12 @@ fn read_remote(event: &mut QpEvent, attr: u64, attr_mask: u32, offsets: &KernelO
 pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let qp: u64 = ctx.arg(0).unwrap_or(0);
+    let (qp_num, qp_type) = read_qp_num_and_type(qp, &offsets);
     let call = QpCall::new(
         EventKind::QpDestroy,
         read_ptr(qp, offsets.ib_qp_device),
-        read_u32(qp, offsets.ib_qp_qp_type) as u64,
-        read_u32(qp, offsets.ib_qp_qp_num),
+        qp_type as u64,
+        qp_num,
     );
     begin(&ctx, &PENDING, hook::DESTROY_QP, &call);
     0
