@@ -24,6 +24,9 @@
 # the other qpwatch builds in every repetition too.
 # BENCH_ALT_BIN: directories holding other qpwatch builds, separated by
 # spaces, run in turn after this one in the bpf, scrape and idle modes.
+# BENCH_PIN=1 (with 2 vCPUs or more): the bench, qp-churn and bpftrace on
+# CPU 0, the agent's threads on CPU 1 (do the agent and the churn share a
+# CPU?).
 # vm-timeout: 2400
 ROUNDS=${BENCH_ROUNDS:-5}
 LC=${BENCH_LIFECYCLES:-1000}
@@ -172,10 +175,15 @@ fi
 BPF_ONLY=
 [ "${BENCH_ONLY:-}" = bpf ] && BPF_ONLY=1 ROUNDS=0
 say "benchmark: qp-churn on rxe0 (QEMU TCG guest, $(nproc) vCPUs, kernel $(uname -r), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)), $LC lifecycles per run, 1 thread, $ROUNDS interleaved rounds of (a) nothing, (b) qpwatch, (e) qpwatch with its agent stopped, (c) bpftrace qpwatch.bt, (d) bpftrace hooks-only.bt"
+if [ "${BENCH_PIN:-0}" = 1 ]; then
+  taskset -pc 0 $$ >/dev/null || fail "taskset on the bench shell"
+  say "pinned: the bench, qp-churn and bpftrace on CPU 0, the agent on CPU 1"
+fi
 for r in $(seq 1 "$ROUNDS"); do
   churn "a$r" --lifecycles "$LC" --threads 1
   : >"$OUT/agent.log"
   start_agent
+  [ "${BENCH_PIN:-0}" != 1 ] || taskset -apc 1 "$AGENT_PID" >/dev/null || fail "taskset on the agent"
   [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
   agent_churn "b$r" --lifecycles "$LC" --threads 1
   B_LOST=$((B_LOST + LOST))
@@ -234,9 +242,10 @@ per_lc() { awk -v ns="$1" -v n="$STATS_LC" 'BEGIN { printf "%.1f", ns / n / 1000
 # run-time statistics on. Under TCG the first calls of a freshly loaded
 # program include translating its JIT code (hundreds of µs, counted in
 # run_time_ns): over 300 calls, 5 to 17 µs per modify return for the same
-# code. The agent drains its ring meanwhile, as it does in use: stopped, its
-# ring fills past the wakeup mark and every record forces a wakeup (the
-# returns took 3 to 4 times as long). On 2 vCPUs of this 2-core host, its
+# code. The agent drains its ring meanwhile, as it does in use (stopped, it
+# was woken by every record once its ring passed the wakeup mark before
+# 304d1e2, and the returns took 3 to 4 times as long). On 2 vCPUs of this
+# 2-core host, its
 # draining slows the other vCPU: 55 to 87 µs per lifecycle from one
 # repetition to the next; BENCH_ONLY=bpf runs are meant for VM_CPUS=1.
 stats_churn() {
