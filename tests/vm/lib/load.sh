@@ -86,6 +86,16 @@ counts() {
   jq -r '.counts | "\(.create_calls) \(.modify_calls) \(.destroy_calls) \(.kernel_calls) \(.qps_created) \(.qps_destroyed) \(.create_failed + .modify_failed + .destroy_failed)"' "$1"
 }
 
+# wakeup_counter: the bytes the agent's programs have written to their ring
+# since the last record that asked for a wakeup (BYTES_SINCE_WAKEUP in their
+# .bss map); fails unless exactly one program object is loaded (--groups qp).
+wakeup_counter() {
+  local ids
+  ids=$(bpftool -j map show | jq -r '.[] | select(.name == ".bss") | .id')
+  [ "$(wc -w <<<"$ids")" -eq 1 ] || return 1
+  bpftool -j map dump id "$ids" | jq -r '.[0].value | map(ltrimstr("0x")) | reverse | join("")' | { read -r hex && echo $((16#$hex)); }
+}
+
 # cpu_ticks PID: user + system CPU time of a process, in clock ticks (CLK_TCK a second).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 

@@ -2,7 +2,8 @@
 # RTS → destroy, 2 threads flat out) at the default ring size: the agent's
 # created/destroyed counters move by exactly the generator's counts, every
 # kernel call arrives as an event, nothing is lost, and the agent's memory
-# does not grow with the QPs it has seen.
+# does not grow with the QPs it has seen. Then the programs' wakeup count
+# moves by exactly one more churn's records (one wakeup per 64 KiB).
 #
 # RSS bound: after - before <= ring size + 1 MiB, measured after a warm-up
 # that has already sent more than the ring's size through it (the ring is
@@ -54,4 +55,19 @@ growth=$((rss_after - rss_before))
 log "RSS $rss_before -> $rss_after KiB (+$growth, bound +$bound; anon $anon_before -> $(status_kib "$AGENT_PID" RssAnon) KiB), peak $(status_kib "$AGENT_PID" VmHWM) KiB; agent CPU $(ticks_to_s $((cpu_after - cpu_before))) s for $LIFECYCLES lifecycles"
 [ "$growth" -le "$bound" ] || fail "agent RSS grew by $growth KiB over $LIFECYCLES lifecycles (bound $bound KiB)"
 log "ok: RSS growth $growth KiB <= $bound KiB"
+
+# The wakeup rule (README, --ring-buffer-bytes): one record in every 64 KiB
+# written asks for a wakeup. The programs count the bytes written since the
+# last such record in their .bss map; one thread's records are never
+# written concurrently, so after N more QP records (168 bytes each) the
+# count has moved by exactly N records, starting again from 0 at the record
+# that reaches 64 KiB (every 391st).
+record=168 mark=65536
+per_wakeup=$(((mark + record - 1) / record))
+count0=$(wakeup_counter) || fail "no .bss map of the agent's programs"
+churn wakeups --lifecycles 100 --threads 1
+read -r _ _ _ wake_calls _ _ _ < <(counts "$OUT/wakeups.json")
+count1=$(wakeup_counter)
+log "bytes since the last wakeup: $count0, then $count1 after $wake_calls records"
+assert_eq "bytes since the last wakeup" "$(((count0 / record + wake_calls) % per_wakeup * record))" "$count1"
 stop_agent
