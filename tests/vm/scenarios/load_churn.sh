@@ -62,7 +62,7 @@ log "ok: RSS growth $growth KiB <= $bound KiB"
 # written concurrently, so after N more QP records (168 bytes each) the
 # count has moved by exactly N records, starting again from 0 at the record
 # that reaches 64 KiB (every 391st).
-record=168 mark=65536
+record=168 mark=$((RING_BYTES / 4 < 65536 ? RING_BYTES / 4 : 65536)) # hooks::wakeup_bytes
 per_wakeup=$(((mark + record - 1) / record))
 count0=$(wakeup_counter) || fail "no .bss map of the agent's programs"
 churn wakeups --lifecycles 100 --threads 1
