@@ -245,9 +245,9 @@ per_lc() { awk -v ns="$1" -v n="$STATS_LC" 'BEGIN { printf "%.1f", ns / n / 1000
 # code. The agent drains its ring meanwhile, as it does in use (stopped, it
 # was woken by every record once its ring passed the wakeup mark before
 # 304d1e2, and the returns took 3 to 4 times as long). On 2 vCPUs of this
-# 2-core host, its
-# draining slows the other vCPU: 55 to 87 µs per lifecycle from one
-# repetition to the next; BENCH_ONLY=bpf runs are meant for VM_CPUS=1.
+# 2-core host, its draining slows the other vCPU: 55 to 87 µs per lifecycle
+# from one repetition to the next; BENCH_ONLY=bpf runs are meant for
+# VM_CPUS=1.
 stats_churn() {
   churn "$1-warmup" --lifecycles 50 --threads 1
   sysctl -qw kernel.bpf_stats_enabled=1
