@@ -1,6 +1,6 @@
 //! Agent CPU per event in the hot path, on the host: synthetic ring-buffer
 //! records of QP lifecycles (create, INIT, RTR, RTS, destroy; the shape
-//! qp-churn produces) go through `Pipeline::process`, decode to metrics.
+//! qp-churn produces, the modify to RTR with its loopback peer) go through `Pipeline::process`, decode to metrics.
 //! Prints ns per event and heap allocations per event (a counting global
 //! allocator). `cargo bench -p qpwatch --bench pipeline`. Figures, not a test.
 
@@ -16,7 +16,7 @@ use qpwatch::{
     model::pipeline::Pipeline,
     model::qp::{Correlator, Limits},
 };
-use qpwatch_common::{EventKind, QpEvent, QpOrigin, IB_QP_STATE_MASK};
+use qpwatch_common::{EventKind, QpEvent, QpOrigin, IB_QP_STATE_MASK, REMOTE_GID, REMOTE_QPN};
 
 struct Counting;
 
@@ -80,6 +80,12 @@ fn lifecycles(lifecycles: u32, concurrent: u32) -> Vec<Vec<u8>> {
                 let mut e = record(EventKind::QpModify, qp, tick());
                 e.attr_mask = IB_QP_STATE_MASK;
                 e.new_state = state;
+                if state == 2 {
+                    // to RTR: the remote side, as qp-churn's loopback pairs give it
+                    e.remote = REMOTE_GID | REMOTE_QPN;
+                    e.remote_gid[10..].copy_from_slice(&[0xff, 0xff, 198, 18, 0, 1]);
+                    e.remote_qpn = qp ^ 1;
+                }
                 out.push(e);
             }
         }
