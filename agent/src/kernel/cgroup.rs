@@ -6,13 +6,14 @@
 //! an unknown id, at most every [`MIN_WALK_INTERVAL`].
 
 use std::{
-    collections::HashMap,
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
+
+use fnv::FnvHashMap;
 
 use crate::model::cgroups::CgroupNames;
 
@@ -26,7 +27,7 @@ const MAX_CGROUPS: usize = 65_536;
 
 pub struct CgroupPaths {
     root: Option<PathBuf>,
-    paths: HashMap<u64, Arc<str>>,
+    paths: FnvHashMap<u64, Arc<str>>,
     last_walk: Option<Instant>,
 }
 
@@ -44,7 +45,7 @@ impl CgroupPaths {
     pub fn at(root: Option<PathBuf>) -> Self {
         Self {
             root,
-            paths: HashMap::new(),
+            paths: FnvHashMap::default(),
             last_walk: None,
         }
     }

@@ -3,7 +3,9 @@
 //! `"other"`; an id that cannot be named (the cgroup is gone already, or no
 //! cgroup v2 hierarchy is mounted) is `"unknown"`.
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
+
+use fnv::FnvHashMap;
 
 use super::qp::Label;
 
@@ -18,7 +20,7 @@ pub trait CgroupNames: Send {
 
 pub struct CgroupLabels {
     names: Option<Box<dyn CgroupNames>>,
-    by_path: HashMap<Arc<str>, Label>,
+    by_path: FnvHashMap<Arc<str>, Label>,
     cap: usize,
     other: Label,
     unknown: Label,
@@ -28,7 +30,7 @@ impl CgroupLabels {
     pub fn new(cap: usize, other: Label) -> Self {
         Self {
             names: None,
-            by_path: HashMap::new(),
+            by_path: FnvHashMap::default(),
             cap,
             other,
             unknown: Arc::from(UNKNOWN),

@@ -6,7 +6,9 @@
 //! metric label of a peer is capped separately (first come; later peers
 //! share "other").
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
+
+use fnv::FnvHashMap;
 
 use crate::{
     kernel::rdma::Gid,
@@ -27,8 +29,8 @@ pub struct Peer {
 }
 
 pub struct Peers {
-    peers: HashMap<(Label, Gid), Peer>,
-    labels: HashMap<Gid, Label>,
+    peers: FnvHashMap<(Label, Gid), Peer>,
+    labels: FnvHashMap<Gid, Label>,
     max_labels: usize,
     other: Label,
 }
@@ -36,8 +38,8 @@ pub struct Peers {
 impl Peers {
     pub fn new(max_labels: usize, other: Label) -> Self {
         Self {
-            peers: HashMap::new(),
-            labels: HashMap::new(),
+            peers: FnvHashMap::default(),
+            labels: FnvHashMap::default(),
             max_labels,
             other,
         }

@@ -273,10 +273,11 @@ const MAX_DEVICES: usize = 4096;
 
 impl Devices {
     /// Returns the key, the label and whether the label cap folded it into "other".
-    fn intern(
+    /// `name` is the raw name as text, read only for a name not seen before.
+    fn intern<'a>(
         &mut self,
         raw: &[u8; DEVICE_NAME_LEN],
-        name: &str,
+        name: impl FnOnce() -> &'a str,
         label_cap: usize,
     ) -> (u32, Label, bool) {
         if let Some(i) = self.names.iter().position(|(n, _)| n == raw) {
@@ -289,7 +290,7 @@ impl Devices {
             return (MAX_DEVICES as u32, other, true);
         }
         let capped = self.names.len() >= label_cap;
-        let label = if capped { other } else { Arc::from(name) };
+        let label = if capped { other } else { Arc::from(name()) };
         self.names.push((*raw, Arc::clone(&label)));
         ((self.names.len() - 1) as u32, label, capped)
     }
@@ -312,14 +313,15 @@ impl CappedLabels {
         }
     }
 
-    fn get(&mut self, raw: &[u8; COMM_LEN], name: &str) -> (Label, bool) {
+    /// `name` is the raw value as text, read only for a value not seen before.
+    fn get<'a>(&mut self, raw: &[u8; COMM_LEN], name: impl FnOnce() -> &'a str) -> (Label, bool) {
         if let Some(label) = self.values.get(raw) {
             return (Arc::clone(label), false);
         }
         if self.values.len() >= self.cap {
             return (Arc::clone(&self.other), true);
         }
-        let label: Label = Arc::from(name);
+        let label: Label = Arc::from(name());
         self.values.insert(*raw, Arc::clone(&label));
         (label, false)
     }
@@ -409,10 +411,10 @@ impl Correlator {
         std::mem::take(&mut self.last_detail)
     }
 
-    fn device(
+    fn device<'a>(
         &mut self,
         raw: &[u8; DEVICE_NAME_LEN],
-        name: &str,
+        name: impl FnOnce() -> &'a str,
         out: &mut impl Observer,
     ) -> (u32, Label) {
         let (key, label, capped) = self
@@ -438,13 +440,13 @@ impl Correlator {
         let raw = device_bytes(device);
         let (dev, _, _) = self
             .devices
-            .intern(&raw, device, self.limits.max_device_labels);
+            .intern(&raw, || device, self.limits.max_device_labels);
         self.qps.get(&key(dev, qp_num)).map(|t| t.state)
     }
 
     pub fn handle(&mut self, call: &QpCall, out: &mut impl Observer) {
         self.last_detail = QpDetail::default();
-        let (dev, device) = self.device(call.device_bytes(), call.device(), out);
+        let (dev, device) = self.device(call.device_bytes(), || call.device(), out);
         let k = key(dev, call.qp_num);
         match call.call {
             Call::Create { origin } => self.on_create(k, device, call, origin, out),
@@ -531,7 +533,7 @@ impl Correlator {
         out: &mut impl Observer,
     ) -> bool {
         let raw = device_bytes(device);
-        let (dev, label) = self.device(&raw, device, out);
+        let (dev, label) = self.device(&raw, || device, out);
         let k = key(dev, qp_num);
         if self.qps.contains_key(&k) {
             return false;
@@ -556,7 +558,7 @@ impl Correlator {
         let mut adopted = 0;
         for &(device, qp_num, qp_type, state) in listed {
             let raw = device_bytes(device);
-            let (dev, label) = self.device(&raw, device, out);
+            let (dev, label) = self.device(&raw, || device, out);
             let k = key(dev, qp_num);
             seen.insert(k);
             match self.qps.get_mut(&k) {
@@ -661,7 +663,7 @@ impl Correlator {
         // A qp_num still in the table means its destroy was never seen
         // (e.g. lost): the kernel only reuses a number after the destroy.
         self.remove(k, out);
-        let (comm, capped) = self.comms.get(call.comm_bytes(), call.comm());
+        let (comm, capped) = self.comms.get(call.comm_bytes(), || call.comm());
         if capped {
             out.observe(Observation::LabelOverflow { label: "comm" });
         }
