@@ -8,7 +8,8 @@
 #       probe mechanism's own cost, the floor under (b) and (c)),
 #   (e) qpwatch attached but stopped (SIGSTOP) while the churn runs, its ring
 #       holding the records: qpwatch's in-kernel cost without its userspace,
-# interleaved, ROUNDS times; per-operation latency medians (the median over
+# interleaved, ROUNDS times, each timed churn after BENCH_WARMUP (100)
+# untimed lifecycles in its mode; per-operation latency medians (the median over
 # rounds of each run's p50) and the ratios to (a). Then, with the kernel's BPF
 # run-time statistics on, one more churn under (b), (c) and (d): the time
 # each program spends per call (bpftool's run_time_ns / run_cnt). Then, with the
@@ -82,6 +83,16 @@ agent_churn() {
   CPU_NS=$(($(cpu_ns "$AGENT_PID") - n0))
   # the first check's scrape is the one the CPU figure would miss events of
   collect_churn "$name" "$b" "events still arriving 0.5 s after the churn (CPU figure is low)"
+}
+# warm NAME: BENCH_WARMUP lifecycles (default 100), untimed, before NAME's
+# timed churn in every mode: the timed runs see each tool in its steady
+# state, not its first calls after attaching (the agent's first events make
+# its metric series and, under TCG, translate its code).
+warm() {
+  [ "${BENCH_WARMUP:-100}" -gt 0 ] || return 0
+  churn "$1-warmup" --lifecycles "${BENCH_WARMUP:-100}" --threads 1
+  [[ $1 != b* ]] || AGENT_LIFECYCLES=$((AGENT_LIFECYCLES + $(jq .counts.lifecycles "$OUT/$1-warmup.json")))
+  sleep 0.5 # > 2 drain intervals: the agent has read them before the timed churn's first scrape
 }
 AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
@@ -180,11 +191,13 @@ if [ "${BENCH_PIN:-0}" = 1 ]; then
   say "pinned: the bench, qp-churn and bpftrace on CPU 0, the agent on CPU 1"
 fi
 for r in $(seq 1 "$ROUNDS"); do
+  warm "a$r"
   churn "a$r" --lifecycles "$LC" --threads 1
   : >"$OUT/agent.log"
   start_agent
   [ "${BENCH_PIN:-0}" != 1 ] || taskset -apc 1 "$AGENT_PID" >/dev/null || fail "taskset on the agent"
   [ -n "${OFFSETS:-}" ] || OFFSETS=$(qp_offsets "$OUT/agent.log") || fail "no BTF offsets in the agent log"
+  warm "b$r"
   agent_churn "b$r" --lifecycles "$LC" --threads 1
   B_LOST=$((B_LOST + LOST))
   cpu_per_k+=("$(awk -v ns="$CPU_NS" -v n="$LC" 'BEGIN { printf "%.3f", ns / 1e9 / n * 1000 }')")
@@ -192,10 +205,12 @@ for r in $(seq 1 "$ROUNDS"); do
   B_LOST=$((B_LOST + LOST))
   stop_agent
   start_bpftrace "c$r" qpwatch.bt $OFFSETS
+  warm "c$r"
   churn "c$r" --lifecycles "$LC" --threads 1
   stop_bpftrace "c$r"
   grep -q '^@created: ' "$OUT/bpftrace-c$r.out" || say "round $r: bpftrace printed no @created ($(tail -n1 "$OUT/bpftrace-c$r.out"))"
   start_bpftrace "d$r" hooks-only.bt
+  warm "d$r"
   churn "d$r" --lifecycles "$LC" --threads 1
   stop_bpftrace "d$r"
   line="round $r: per lifecycle"
