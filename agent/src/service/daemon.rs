@@ -172,6 +172,7 @@ pub async fn run(
                 scrape_prober.lock().expect("not poisoned").refresh();
             }),
         );
+        metrics.http.tls_cert_expiry(web.cert_expiry);
         web_config.replace(web);
         let web = web_config.current();
         let listener = TcpListener::bind(settings.listen)
@@ -297,6 +298,7 @@ fn reload_web_config(web: &WebConfigHandle, settings: &Settings, metrics: &Metri
         Ok(new) => {
             info!(web = %new.summary(), "SIGHUP: web configuration reloaded");
             warn_clear_text_passwords(&new);
+            metrics.http.tls_cert_expiry(new.cert_expiry);
             web.replace(new);
             metrics.http.web_config_reload(true);
         }

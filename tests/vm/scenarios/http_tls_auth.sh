@@ -8,7 +8,10 @@
 # agent keeps 8 (max_connections_per_source) and refuses the rest, while
 # Prometheus and curl from 198.18.0.1 still get their scrapes. A web
 # configuration that does not validate on SIGHUP keeps the one in force; a
-# good one is taken. SIGTERM with the idle connections still open: exit 0.
+# good one is taken. qpwatch_http_tls_cert_expiry_timestamp_seconds is the
+# served certificate's notAfter as openssl reads it, before and after the
+# certificate is renewed and reloaded (not after the bad reload). SIGTERM
+# with the idle connections still open: exit 0.
 PASSWORD='correct horse battery staple'
 PORT=9721
 AGENT_ADDR=0.0.0.0:$PORT
@@ -70,6 +73,10 @@ scrape_tls() { curl -fsS --max-time 10 --cacert "$certs/ca.crt" -u "prometheus:$
 first=$(scrape_tls first) || fail "scrape over TLS"
 assert_eq 'qpwatch_http_auth_failures_total{reason="invalid"}' 2 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="invalid"}')"
 assert_eq 'qpwatch_http_auth_failures_total{reason="missing"}' 1 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="missing"}')"
+# not_after CERT: its notAfter in Unix seconds, as openssl reads it
+not_after() { date -u -d "$(openssl x509 -noout -enddate -in "$1" | sed 's/^notAfter=//')" +%s; }
+expiry='qpwatch_http_tls_cert_expiry_timestamp_seconds'
+assert_eq "$expiry: agent.crt's notAfter" "$(not_after "$certs/agent.crt")" "$(metric "$first" "$expiry")"
 
 WAIT_INTERVAL=1 wait_until 120 prom_has 'up{job="qpwatch"} == 1' || { tail -n 20 "$OUT/prometheus.log"; fail "Prometheus does not scrape the agent over TLS with basic auth"; }
 WAIT_INTERVAL=1 wait_until 30 prom_has 'qpwatch_build_info{job="qpwatch"} == 1' || fail "no qpwatch series in Prometheus"
@@ -108,12 +115,21 @@ prom_has 'min_over_time(up{job="qpwatch"}[8s]) == 1' || fail "Prometheus missed 
 log "ok: Prometheus's scrapes all succeeded during the flood"
 
 # SIGHUP: a web configuration that does not validate keeps the one in force
+# (and the expiry of its certificate, though a renewed one is on disk already)
 cp "$web" "$OUT/web.good"
+first_expiry=$(not_after "$certs/agent.crt")
+(cd "$certs" && openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile agent.ext -out agent.crt 2>/dev/null) ||
+  fail "renewing the agent's certificate"
+renewed_expiry=$(not_after "$certs/agent.crt")
+[ "$renewed_expiry" -lt "$first_expiry" ] || fail "the renewed certificate expires at $renewed_expiry, not before $first_expiry"
 printf 'tls_server_config:\n  cert_file: certs/agent.crt\n  key_file: certs/agent.key\n  min_version: TLS10\n' >"$web"
 kill -HUP "$AGENT_PID"
 wait_until 30 grep -q 'web configuration not reloaded' "$OUT/agent.log" || fail "no warning for the bad web configuration"
 grep 'web configuration not reloaded' "$OUT/agent.log" | tail -n1 >&2
 assert_eq "after a bad reload, without credentials" 401 "$(https --interface "$RXE_ADDR" "https://$RXE_ADDR:$PORT/metrics")"
+bad=$OUT/after-bad.prom
+curl -fsS --max-time 10 --interface "$RXE_ADDR" --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "https://$RXE_ADDR:$PORT/metrics" >"$bad" || fail "scrape after the bad reload"
+assert_eq "$expiry after a bad reload: still the first certificate's" "$first_expiry" "$(metric "$bad" "$expiry")"
 cp "$OUT/web.good" "$web"
 kill -HUP "$AGENT_PID"
 wait_until 30 grep -q 'SIGHUP: web configuration reloaded' "$OUT/agent.log" || fail "the good web configuration was not reloaded"
@@ -121,6 +137,7 @@ after=$OUT/after.prom
 curl -fsS --max-time 10 --interface "$RXE_ADDR" --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "https://$RXE_ADDR:$PORT/metrics" >"$after" || fail "scrape after the reloads"
 assert_eq 'qpwatch_http_web_config_reloads_total{result="error"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="error"}')"
 assert_eq 'qpwatch_http_web_config_reloads_total{result="ok"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="ok"}')"
+assert_eq "$expiry after the good reload: the renewed certificate's" "$renewed_expiry" "$(metric "$after" "$expiry")"
 
 # SIGTERM while the idle connections are still open
 kill -0 "$idle_pid" 2>/dev/null || fail "the idle connections were closed before SIGTERM"

@@ -2,6 +2,7 @@
 //! page, with the web configuration's TLS and basic auth, and limits.
 
 pub mod auth;
+pub mod cert_expiry;
 mod server;
 pub mod web_config;
 

@@ -22,7 +22,7 @@ use rustls::{
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::auth::BasicAuth;
+use super::{auth::BasicAuth, cert_expiry::not_after_unix};
 
 /// The most that is read of the web configuration file or of a PEM file.
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -49,6 +49,9 @@ pub struct WebConfig {
     pub basic_auth: Option<Arc<BasicAuth>>,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// When the first of the served certificates (`cert_file`, leaf and
+    /// chain) stops being valid, in Unix seconds.
+    pub cert_expiry: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -255,9 +258,10 @@ fn parse(cx: &Context, text: &str) -> Result<WebConfig, WebConfigError> {
         }
     }
     if let Some(tls) = &file.tls_server_config {
-        let (server, client_certificates) = tls_config(cx, tls)?;
+        let (server, client_certificates, cert_expiry) = tls_config(cx, tls)?;
         config.tls = Some(Arc::new(server));
         config.client_certificates = client_certificates;
+        config.cert_expiry = Some(cert_expiry);
     }
     if let Some(users) = &file.basic_auth_users {
         if !users.is_empty() {
@@ -381,10 +385,12 @@ fn curves(
         .collect()
 }
 
+/// The server's TLS, who must show a certificate, and when the first served
+/// certificate expires.
 fn tls_config(
     cx: &Context,
     tls: &TlsFile,
-) -> Result<(ServerConfig, ClientCertificates), WebConfigError> {
+) -> Result<(ServerConfig, ClientCertificates, i64), WebConfigError> {
     const K: &str = "tls_server_config";
     let key = |k: &str| format!("{K}.{k}");
     let min = version(
@@ -462,6 +468,11 @@ fn tls_config(
     if certs.is_empty() {
         return Err(cx.error(&cert_key, "no PEM certificate in it"));
     }
+    let mut cert_expiry = i64::MAX;
+    for cert in &certs {
+        let not_after = not_after_unix(cert).map_err(|e| cx.error(&cert_key, e.to_string()))?;
+        cert_expiry = cert_expiry.min(not_after);
+    }
     let private_key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| cx.error(&key_key, format!("no PEM private key in it: {e}")))?;
 
@@ -512,5 +523,5 @@ fn tls_config(
         .map_err(|e| cx.error(&key_key, format!("does not go with the certificate: {e}")))?;
     config.ignore_client_order = tls.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((config, client_certificates))
+    Ok((config, client_certificates, cert_expiry))
 }

@@ -2,7 +2,7 @@
 //! closed at a limit, requests refused for want of credentials, and the web
 //! configuration's reloads.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::Registrar;
 
@@ -26,6 +26,8 @@ pub struct HttpMetrics {
     idle_closed: IntCounter,
     auth_failures: IntCounterVec,
     web_config_reloads: IntCounterVec,
+    /// No labels; no series without TLS.
+    tls_cert_expiry: IntGaugeVec,
 }
 
 impl HttpMetrics {
@@ -57,6 +59,11 @@ impl HttpMetrics {
                 "qpwatch_http_web_config_reloads_total",
                 "Reads of the web configuration file on SIGHUP, ok or error (the previous one is kept).",
                 &["result"],
+            ),
+            tls_cert_expiry: r.gauge_vec(
+                "qpwatch_http_tls_cert_expiry_timestamp_seconds",
+                "When the first of the endpoint's served TLS certificates (cert_file: leaf and chain) expires (its notAfter), as a Unix time; no series without TLS. Follows the web configuration's reloads.",
+                &[],
             ),
         };
         for reason in REFUSED_REASONS {
@@ -94,6 +101,16 @@ impl HttpMetrics {
         self.auth_failures.with_label_values(&[reason]).inc();
     }
 
+    /// The served certificates' first expiry (Unix seconds), `None` without TLS.
+    pub fn tls_cert_expiry(&self, expiry: Option<i64>) {
+        match expiry {
+            Some(at) => self.tls_cert_expiry.with_label_values::<&str>(&[]).set(at),
+            None => {
+                let _ = self.tls_cert_expiry.remove_label_values::<&str>(&[]);
+            }
+        }
+    }
+
     pub fn web_config_reload(&self, ok: bool) {
         self.web_config_reloads
             .with_label_values(&[if ok { "ok" } else { "error" }])
@@ -106,5 +123,32 @@ pub struct ActiveConnection(IntGauge);
 impl Drop for ActiveConnection {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::Registry;
+
+    use super::*;
+
+    #[test]
+    fn the_certificate_expiry_has_a_series_only_with_tls() {
+        let registry = Registry::new();
+        let mut names = Vec::new();
+        let http = HttpMetrics::new(&mut Registrar::new(&registry, &mut names));
+        let text = || {
+            let mut out = String::new();
+            crate::export::exposition::encode(&registry.gather(), &mut out);
+            out
+        };
+        let series = "qpwatch_http_tls_cert_expiry_timestamp_seconds ";
+        assert!(!text().contains(series));
+        http.tls_cert_expiry(Some(1_796_000_000));
+        assert!(text().contains(&format!("{series}1796000000\n")));
+        http.tls_cert_expiry(Some(1_796_086_400));
+        assert!(text().contains(&format!("{series}1796086400\n")));
+        http.tls_cert_expiry(None);
+        assert!(!text().contains(series), "{}", text());
     }
 }
