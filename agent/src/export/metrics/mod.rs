@@ -14,6 +14,7 @@ mod buckets;
 mod build_info;
 pub mod cm;
 pub mod device_counters;
+pub mod durations;
 pub mod events;
 mod family;
 pub mod hooks;

@@ -7,10 +7,14 @@ use std::{
 };
 
 use fnv::FnvHashMap;
-use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec};
 use qpwatch_common::QpOrigin;
 
-use super::{resolved::Resolved, Buckets, Registrar};
+use super::{
+    durations::{DurationHistogram, DurationHistogramVec},
+    resolved::Resolved,
+    Buckets, Registrar,
+};
 use crate::kernel::rdma::{errno_label, QpState, QpType};
 
 #[derive(Clone)]
@@ -19,19 +23,19 @@ pub struct QpMetrics {
     created_by_process: IntCounterVec,
     created_by_cgroup: IntCounterVec,
     create_errors: IntCounterVec,
-    create_duration: HistogramVec,
-    transition_duration: HistogramVec,
-    state_dwell: HistogramVec,
-    time_to_rts: Histogram,
-    lifetime: Histogram,
+    create_duration: DurationHistogramVec,
+    transition_duration: DurationHistogramVec,
+    state_dwell: DurationHistogramVec,
+    time_to_rts: DurationHistogram,
+    lifetime: DurationHistogram,
     modify_errors: IntCounterVec,
     destroyed: IntCounterVec,
     destroy_errors: IntCounterVec,
     live: IntGaugeVec,
     /// Series looked up once ([`Resolved`]); none of these families ever
     /// drops a series.
-    transition_series: Arc<Resolved<Histogram, { TRANSITION_SLOTS }>>,
-    dwell_series: Arc<Resolved<Histogram, { STATES }>>,
+    transition_series: Arc<Resolved<DurationHistogram, { TRANSITION_SLOTS }>>,
+    dwell_series: Arc<Resolved<DurationHistogram, { STATES }>>,
     live_series: Arc<RwLock<LiveByDevice>>,
 }
 
@@ -74,34 +78,40 @@ impl QpMetrics {
                 "QP creations that failed, by errno.",
                 &["device", "origin", "errno"],
             ),
-            create_duration: r.histogram_vec(
+            create_duration: r.duration_histogram_vec(
                 "qpwatch_qp_create_duration_seconds",
                 "Duration of the kernel's QP create call (ib_create_qp_user / ib_create_qp_kernel).",
                 &["device", "origin"],
                 &buckets.call_latency,
             ),
-            transition_duration: r.histogram_vec(
+            transition_duration: r.duration_histogram_vec(
                 "qpwatch_qp_transition_duration_seconds",
                 "Duration of successful state-changing modify calls (_ib_modify_qp), by edge.",
                 &["from", "to"],
                 &buckets.call_latency,
             ),
-            state_dwell: r.histogram_vec(
+            state_dwell: r.duration_histogram_vec(
                 "qpwatch_qp_state_dwell_seconds",
                 "Time QPs spent in a state before the next transition or destroy.",
                 &["state"],
                 &buckets.dwell,
             ),
-            time_to_rts: r.histogram(
-                "qpwatch_qp_time_to_rts_seconds",
-                "Time from the end of QP creation to the end of its first transition into RTS.",
-                &buckets.dwell,
-            ),
-            lifetime: r.histogram(
-                "qpwatch_qp_lifetime_seconds",
-                "Time from the end of QP creation to the end of its destruction.",
-                &buckets.lifetime,
-            ),
+            time_to_rts: r
+                .duration_histogram_vec(
+                    "qpwatch_qp_time_to_rts_seconds",
+                    "Time from the end of QP creation to the end of its first transition into RTS.",
+                    &[],
+                    &buckets.dwell,
+                )
+                .with_label_values(&[]),
+            lifetime: r
+                .duration_histogram_vec(
+                    "qpwatch_qp_lifetime_seconds",
+                    "Time from the end of QP creation to the end of its destruction.",
+                    &[],
+                    &buckets.lifetime,
+                )
+                .with_label_values(&[]),
             modify_errors: r.counter_vec(
                 "qpwatch_qp_modify_errors_total",
                 "Modify calls that failed, by requested state and errno.",
@@ -145,7 +155,7 @@ impl QpMetrics {
         self.created_by_cgroup.with_label_values(&[cgroup]).inc();
         self.create_duration
             .with_label_values(&[device, origin])
-            .observe(duration.as_secs_f64());
+            .observe(duration);
     }
 
     pub fn create_failed(&self, device: &str, origin: QpOrigin, errno: i32) {
@@ -162,7 +172,7 @@ impl QpMetrics {
                 self.transition_duration
                     .with_label_values(&[from.map_or("unknown", |s| s.label()), to.label()])
             })
-            .observe(duration.as_secs_f64());
+            .observe(duration);
     }
 
     /// `to` is `None` for a modify that did not ask for a new state.
@@ -177,11 +187,11 @@ impl QpMetrics {
             .get(state as usize, || {
                 self.state_dwell.with_label_values(&[state.label()])
             })
-            .observe(duration.as_secs_f64());
+            .observe(duration);
     }
 
     pub fn time_to_rts(&self, duration: Duration) {
-        self.time_to_rts.observe(duration.as_secs_f64());
+        self.time_to_rts.observe(duration);
     }
 
     /// `lifetime` is `None` for QPs created before the agent saw them.
@@ -190,7 +200,7 @@ impl QpMetrics {
             .with_label_values(&[device, qp_type.label()])
             .inc();
         if let Some(lifetime) = lifetime {
-            self.lifetime.observe(lifetime.as_secs_f64());
+            self.lifetime.observe(lifetime);
         }
     }
 

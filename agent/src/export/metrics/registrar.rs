@@ -6,6 +6,7 @@
 //! panic on an invalid or duplicate metric: both are programming errors that
 //! every test building a `Metrics` catches.
 
+use super::durations::DurationHistogramVec;
 use prometheus::{
     core::Collector, Counter, CounterVec, Gauge, Histogram, HistogramOpts, HistogramVec,
     IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -75,6 +76,17 @@ impl<'a> Registrar<'a> {
             Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
                 .expect("valid metric"),
         )
+    }
+
+    /// Durations by label values, for the per-event path ([`DurationHistogramVec`]).
+    pub fn duration_histogram_vec(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[&'static str],
+        buckets: &[f64],
+    ) -> DurationHistogramVec {
+        self.register(DurationHistogramVec::new(name, help, labels, buckets).expect("valid metric"))
     }
 
     pub fn histogram_vec(
