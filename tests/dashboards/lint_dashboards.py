@@ -79,12 +79,14 @@ def rust_files(paths):
 
 def registered_metrics(text):
     """Families built through the Registrar: r.counter_vec("name", "help",
-    &["a", "b"]), r.histogram("name", "help", &buckets) etc."""
+    &["a", "b"]), r.histogram("name", "help", &buckets),
+    r.duration_histogram_vec("name", "help", &["a"], &buckets) etc."""
     found = {}
     for kind, name, labels in re.findall(
-        r'\.(counter|float_counter|gauge|float_gauge|histogram)(?:_vec)?\(\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",?\s*(?:&\[([^\]]*)\])?', text
+        r'\.(counter|float_counter|gauge|float_gauge|histogram|duration_histogram)(?:_vec)?\(\s*"(qpwatch_\w+)",\s*"(?:[^"\\]|\\.)*",?\s*(?:&\[([^\]]*)\])?', text
     ):
-        found[name] = ("counter" if kind.endswith("counter") else kind, set(re.findall(r'"(\w+)"', labels)))
+        kind = "counter" if kind.endswith("counter") else "histogram" if kind.endswith("histogram") else kind
+        found[name] = (kind, set(re.findall(r'"(\w+)"', labels)))
     return found
 
 
