@@ -119,7 +119,28 @@ launch_agent() {
 }
 
 # agent_get PATH: the agent answers GET PATH (/readyz, /healthz) with a 2xx.
-agent_get() { curl -fsS -o /dev/null "http://$AGENT_ADDR$1" 2>/dev/null; }
+# With AGENT_CACERT set (a scenario that serves TLS), agent_get and scrape
+# speak https and trust that CA.
+agent_url() { if [ -n "${AGENT_CACERT:-}" ]; then echo "https://$AGENT_ADDR$1"; else echo "http://$AGENT_ADDR$1"; fi; }
+agent_curl() { curl ${AGENT_CACERT:+--cacert "$AGENT_CACERT"} "$@"; }
+agent_get() { agent_curl -fsS -o /dev/null "$(agent_url "$1")" 2>/dev/null; }
+
+# make_test_certs DIR: a throwaway CA (DIR/ca.crt) and a server certificate
+# for 127.0.0.1 and $RXE_ADDR signed by it (DIR/agent.crt, DIR/agent.key;
+# DIR/agent.csr and agent.ext renew it), valid for 2 days.
+make_test_certs() {
+  mkdir -p "$1"
+  (
+    cd "$1"
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key 2>/dev/null
+    openssl req -x509 -new -key ca.key -subj "/CN=qpwatch test CA" -days 2 \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign -out ca.crt
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out agent.key 2>/dev/null
+    openssl req -new -key agent.key -subj /CN=qpwatch -out agent.csr
+    printf 'subjectAltName=IP:127.0.0.1,IP:%s\nextendedKeyUsage=serverAuth\n' "$RXE_ADDR" >agent.ext
+    openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile agent.ext -out agent.crt 2>/dev/null
+  ) || fail "making the test certificates"
+}
 
 # wait_agent_ready [TIMEOUT_S]: until /readyz answers (60 s); fails, with the
 # agent's log, if the agent exits or the time is up.
@@ -210,7 +231,7 @@ events_cm_ids() {
 # scrape NAME: saves /metrics to $OUT/NAME.prom and prints the path.
 scrape() {
   local file="$OUT/$1.prom"
-  curl -fsS "http://$AGENT_ADDR/metrics" >"$file" || fail "scrape failed"
+  agent_curl -fsS "$(agent_url /metrics)" >"$file" || fail "scrape failed"
   echo "$file"
 }
 

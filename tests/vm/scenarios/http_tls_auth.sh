@@ -16,17 +16,7 @@ PASSWORD='correct horse battery staple'
 PORT=9721
 AGENT_ADDR=0.0.0.0:$PORT
 certs=$OUT/certs
-mkdir -p "$certs"
-(
-  cd "$certs"
-  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key 2>/dev/null
-  openssl req -x509 -new -key ca.key -subj "/CN=qpwatch test CA" -days 2 \
-    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign -out ca.crt
-  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out agent.key 2>/dev/null
-  openssl req -new -key agent.key -subj /CN=qpwatch -out agent.csr
-  printf 'subjectAltName=IP:127.0.0.1,IP:%s\nextendedKeyUsage=serverAuth\n' "$RXE_ADDR" >agent.ext
-  openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile agent.ext -out agent.crt 2>/dev/null
-) || fail "making the test certificates"
+make_test_certs "$certs"
 hash=$(printf '%s\n' "$PASSWORD" | "$BIN/qpwatch" hash-password) || fail "qpwatch hash-password"
 [[ $hash == '$2b$10$'* ]] || fail "hash-password printed $hash"
 web=$OUT/web.yml

@@ -7,7 +7,9 @@
 # tests/dashboards/check_queries.py and must return data (the rules it applies
 # are in dashboards/README.md, "Validation"); promtool check metrics must be
 # clean on a scrape. (promtool check/test rules run on the host:
-# tests/host/dashboards.sh.)
+# tests/host/dashboards.sh.) The agent serves TLS with a 2-day certificate,
+# scraped over https: the certificate-expiry metric has data, and
+# QpwatchTlsCertExpiringSoon must be active (pending: its for is 1h).
 #
 # Traffic, so that every series the dashboards use exists:
 #   - the agent's probe responder on 198.18.0.1 and three targets: "self"
@@ -26,9 +28,14 @@
 # targets, the label overflow) and those that must not; it repeats until one
 # attempt passes in full (--wait), since the 1m windows fill and the rules
 # take their first evaluations while the scenario runs.
+# TLS, so that the certificate-expiry metric and its alert have data
+make_test_certs "$OUT/certs"
+AGENT_CACERT=$OUT/certs/ca.crt
+printf 'tls_server_config:\n  cert_file: certs/agent.crt\n  key_file: certs/agent.key\n' >"$OUT/web.yml"
 cfg=$OUT/qpwatch.toml
 {
   echo "listen = \"$AGENT_ADDR\""
+  echo "web_config_file = \"$OUT/web.yml\""
   printf '[limits]\nmax_process_labels = 2\n'
   printf '[responder]\nlisten = "%s:9723"\n' "$RXE_ADDR"
   probe_target self "$RXE_ADDR:9723" 2 3 1
@@ -46,6 +53,9 @@ rule_files:
   - $REPO/dashboards/rules.yml
 scrape_configs:
   - job_name: qpwatch
+    scheme: https
+    tls_config:
+      ca_file: $AGENT_CACERT
     static_configs:
       - targets: ["$AGENT_ADDR"]
 YML
@@ -93,6 +103,7 @@ rc=0
   --expect-alert 'QpwatchProbeTargetDown{target="unroutable"}' \
   --expect-alert 'QpwatchLabelOverflow{label="comm"}' \
   --expect-alert 'QpwatchQpsDiedUnasked{cause="completion:RETRY_EXC_ERR"}' \
+  --expect-alert QpwatchTlsCertExpiringSoon \
   --expect-no-alert 'QpwatchProbeFailureRatioHigh{target="self"}' \
   --expect-no-alert 'QpwatchProbeTargetDown{target="self"}' \
   --expect-no-alert QpwatchAgentDown \
