@@ -194,13 +194,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::export::metrics::render;
     use crate::export::metrics::CALL_LATENCY_BUCKETS;
-
-    fn text(registry: &Registry) -> String {
-        let mut out = String::new();
-        crate::export::exposition::encode(&registry.gather(), &mut out);
-        out
-    }
 
     proptest! {
         /// The same durations into the crate's histogram and this one: the
@@ -226,7 +221,7 @@ mod tests {
                 crate_vec.with_label_values(&labels[l]).observe(d.as_secs_f64());
                 our_vec.with_label_values(&labels[l]).observe(d);
             }
-            let (theirs, ours) = (text(&theirs), text(&ours));
+            let (theirs, ours) = (render(&theirs), render(&ours));
             let not_sums = |t: &str| t.lines().filter(|l| !l.contains("_sum")).map(str::to_owned).collect::<Vec<_>>();
             prop_assert_eq!(not_sums(&theirs), not_sums(&ours));
             let sums = |t: &str| t.lines().filter(|l| l.contains("_sum")).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).collect::<Vec<_>>();

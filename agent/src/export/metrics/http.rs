@@ -137,11 +137,7 @@ mod tests {
         let registry = Registry::new();
         let mut names = Vec::new();
         let http = HttpMetrics::new(&mut Registrar::new(&registry, &mut names));
-        let text = || {
-            let mut out = String::new();
-            crate::export::exposition::encode(&registry.gather(), &mut out);
-            out
-        };
+        let text = || crate::export::metrics::render(&registry);
         let series = "qpwatch_http_tls_cert_expiry_timestamp_seconds ";
         assert!(!text().contains(series));
         http.tls_cert_expiry(Some(1_796_000_000));

@@ -151,12 +151,7 @@ mod tests {
     use prometheus::Registry;
 
     use super::*;
-
-    fn text(registry: &Registry) -> String {
-        let mut out = String::new();
-        crate::export::exposition::encode(&registry.gather(), &mut out);
-        out
-    }
+    use crate::export::metrics::render;
 
     #[test]
     fn a_series_goes_with_its_last_qp_and_comes_back_with_the_next() {
@@ -168,7 +163,7 @@ mod tests {
         metrics.peer_qps("rxe0", "198.18.0.2", 1);
         metrics.peer_qps("rxe0", "198.18.0.2", 1);
         metrics.peer_qps("rxe0", "198.18.0.3", 1);
-        let live = text(&registry);
+        let live = render(&registry);
         assert!(
             live.contains("qpwatch_peers{device=\"rxe0\"} 1\n"),
             "{live}"
@@ -177,7 +172,7 @@ mod tests {
         assert!(live.contains("qpwatch_peer_qps{device=\"rxe0\",peer=\"198.18.0.3\"} 1\n"));
 
         metrics.peer_qps("rxe0", "198.18.0.3", -1);
-        let one_gone = text(&registry);
+        let one_gone = render(&registry);
         assert!(!one_gone.contains("198.18.0.3"), "{one_gone}");
         assert!(one_gone.contains("peer=\"198.18.0.2\"} 2\n"));
 
@@ -185,13 +180,13 @@ mod tests {
         metrics.peer_qps("rxe0", "198.18.0.2", -2);
         metrics.peer_qps("rxe0", "198.18.0.2", 1);
         metrics.peers("rxe0", -1);
-        let back = text(&registry);
+        let back = render(&registry);
         assert!(back.contains("peer=\"198.18.0.2\"} 1\n"), "{back}");
         assert!(!back.contains("qpwatch_peers{"), "{back}");
 
         metrics.peer_qps("rxe0", "198.18.0.2", -1);
         metrics.peers("rxe0", 1);
-        let end = text(&registry);
+        let end = render(&registry);
         assert!(!end.contains("qpwatch_peer_qps{"), "{end}");
         assert!(end.contains("qpwatch_peers{device=\"rxe0\"} 1\n"), "{end}");
     }
