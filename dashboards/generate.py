@@ -585,6 +585,15 @@ def overview():
         graph="none",
     ), w=4, h=5)
     b.add(stat(
+        "TLS certificate expires in",
+        [q("min(qpwatch_http_tls_cert_expiry_timestamp_seconds{%s}) - time()" % SEL, "", instant=True)],
+        "s",
+        "Time until the first of the selected agents' served TLS certificates expires (web configuration cert_file, as reloaded); red under 14 days, as QpwatchTlsCertExpiringSoon. No value for agents without TLS.",
+        thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 14 * 86400}],
+        color_mode="background",
+        graph="none",
+    ), w=4, h=5)
+    b.add(stat(
         "Events lost",
         [q("sum(increase(qpwatch_events_lost_total{%s}[$__range]))" % SEL, "", instant=True)],
         "short",
