@@ -19,7 +19,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    export::http::{self, web_config::WebConfig, HttpState, WebConfigHandle},
+    export::http::{self, lock_for_scrape, web_config::WebConfig, HttpState, WebConfigHandle},
     export::jsonl::JsonLines,
     export::metrics::{ib_cm, Metrics},
     kernel::cgroup::CgroupPaths,
@@ -164,12 +164,17 @@ pub async fn run(
         let scrape_prober = Arc::clone(&prober);
         let state = HttpState::new(
             metrics.clone(),
-            Box::new(move || {
-                counters
-                    .lock()
-                    .expect("not poisoned")
-                    .refresh(&scrape_metrics);
-                scrape_prober.lock().expect("not poisoned").refresh();
+            Box::new(move |wait| {
+                let Some(mut counters) = lock_for_scrape(&counters, wait) else {
+                    return false;
+                };
+                counters.refresh(&scrape_metrics);
+                drop(counters);
+                let Some(mut prober) = lock_for_scrape(&scrape_prober, wait) else {
+                    return false;
+                };
+                prober.refresh();
+                true
             }),
         );
         metrics.http.tls_cert_expiry(web.cert_expiry);

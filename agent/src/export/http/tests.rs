@@ -13,10 +13,10 @@ use std::{
 use tokio::sync::oneshot;
 
 use super::{
-    router, serve,
+    lock_for_scrape, router, serve,
     test_certs::{certs, Certs},
     web_config::{self, WebConfig},
-    HttpLimits, HttpState, WebConfigHandle,
+    HttpLimits, HttpState, ScrapeHook, WebConfigHandle,
 };
 use crate::export::metrics::{render, Buckets, Metrics};
 
@@ -151,6 +151,10 @@ struct Server {
 
 impl Server {
     fn start(web: WebConfig, limits: HttpLimits) -> Self {
+        Self::start_with(web, limits, Box::new(|_| true))
+    }
+
+    fn start_with(web: WebConfig, limits: HttpLimits, before_scrape: ScrapeHook) -> Self {
         let metrics = Metrics::new(&Buckets::default(), "test");
         let handle = WebConfigHandle::new(web);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -164,7 +168,7 @@ impl Server {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let state = HttpState::new(m.clone(), Box::new(|| {}));
+                let state = HttpState::new(m.clone(), before_scrape);
                 state.set_ready(true);
                 serve(
                     listener,
@@ -558,4 +562,38 @@ fn shutdown_with_idle_connections_is_prompt() {
     // not the 2 s the connections under way get
     assert!(took < Duration::from_millis(1500), "{took:?}");
     drop((idle, kept));
+}
+
+/// A scrape whose refresh waits for a lock held by slow work waits off the
+/// event loop: the endpoint answers meanwhile, and the scrape completes once
+/// the lock is free.
+#[test]
+fn a_refresh_waiting_for_its_lock_does_not_stall_the_endpoint() {
+    let refreshes = std::sync::Arc::new(std::sync::Mutex::new(0u32));
+    let counted = std::sync::Arc::clone(&refreshes);
+    let server = Server::start_with(
+        WebConfig::default(),
+        HttpLimits::default(),
+        Box::new(move |wait| match lock_for_scrape(&counted, wait) {
+            Some(mut n) => {
+                *n += 1;
+                true
+            }
+            None => false,
+        }),
+    );
+    let held = refreshes.lock().unwrap();
+    let url = server.url("http", "/metrics");
+    let scrape = thread::spawn(move || curl(&[&url]));
+    thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    assert_eq!(curl(&[&server.url("http", "/healthz")]), (200, 0));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        !scrape.is_finished(),
+        "scraped while the refresh's lock was held"
+    );
+    drop(held);
+    assert_eq!(scrape.join().unwrap(), (200, 0));
+    assert_eq!(*refreshes.lock().unwrap(), 1);
 }
