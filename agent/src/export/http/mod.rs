@@ -8,9 +8,12 @@ pub mod web_config;
 
 pub use server::{serve, HttpLimits, WebConfigHandle};
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc, Mutex, MutexGuard, TryLockError,
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex, MutexGuard, TryLockError,
+    },
+    time::{Duration, Instant},
 };
 
 use crate::export::metrics::{render, Metrics};
@@ -47,10 +50,21 @@ pub fn lock_for_scrape<T>(mutex: &Mutex<T>, wait: LockWait) -> Option<MutexGuard
 /// the metrics; `false` if it gave up on a lock ([`LockWait::Try`]).
 pub(crate) type ScrapeHook = Box<dyn Fn(LockWait) -> bool + Send + Sync>;
 
+/// A render that took longer than this is done on the blocking pool until
+/// one is quick again: the event loop it would hold up also drains the ring
+/// buffers. The QP agent's renders in about 40 µs natively
+/// (`benches/pipeline.rs`), and a whole scrape at 10,000 live QPs takes
+/// about 4 ms under emulation; a mesh of 1,000 targets (11 MB) takes far
+/// longer.
+const INLINE_RENDER_LIMIT: Duration = Duration::from_millis(10);
+
 pub struct HttpState {
     metrics: Metrics,
     before_scrape: ScrapeHook,
     ready: AtomicBool,
+    /// How long the last render took, in nanoseconds; the first one is
+    /// not known to be quick.
+    last_render_ns: AtomicU64,
 }
 
 impl HttpState {
@@ -59,7 +73,20 @@ impl HttpState {
             metrics,
             before_scrape,
             ready: AtomicBool::new(false),
+            last_render_ns: AtomicU64::new(u64::MAX),
         })
+    }
+
+    fn render(&self) -> String {
+        let start = Instant::now();
+        let body = render(&self.metrics.registry);
+        let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_render_ns.store(took, Ordering::Relaxed);
+        body
+    }
+
+    fn renders_inline(&self) -> bool {
+        Duration::from_nanos(self.last_render_ns.load(Ordering::Relaxed)) <= INLINE_RENDER_LIMIT
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -76,21 +103,26 @@ async fn index() -> Html<&'static str> {
     Html(INDEX)
 }
 
-/// Rendered on the event loop's thread: under emulation a hand-off to the
-/// blocking pool took a fifth of a scrape (bench/RESULTS.md, round 8). Only a
-/// refresh whose lock is held by slow work (the prober starting its QPs) is
-/// handed to the blocking pool, to wait there.
+/// Rendered on the event loop's thread while renders are quick: under
+/// emulation a hand-off to the blocking pool took a fifth of a scrape
+/// (bench/RESULTS.md, round 8). A refresh whose lock is held by slow work
+/// (the prober starting its QPs) waits on the blocking pool, and so does a
+/// render after one that took longer than [`INLINE_RENDER_LIMIT`].
 async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
-    if !(state.before_scrape)(LockWait::Try) {
-        let waiting = Arc::clone(&state);
-        let refreshed =
-            tokio::task::spawn_blocking(move || (waiting.before_scrape)(LockWait::Block)).await;
-        if let Err(e) = refreshed {
-            return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
-        }
+    let body = if state.renders_inline() && (state.before_scrape)(LockWait::Try) {
+        Ok(state.render())
+    } else {
+        let state = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || {
+            (state.before_scrape)(LockWait::Block);
+            state.render()
+        })
+        .await
+    };
+    match body {
+        Ok(body) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
-    let body = render(&state.metrics.registry);
-    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response()
 }
 
 async fn healthz() -> &'static str {

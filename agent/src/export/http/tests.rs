@@ -151,11 +151,20 @@ struct Server {
 
 impl Server {
     fn start(web: WebConfig, limits: HttpLimits) -> Self {
-        Self::start_with(web, limits, Box::new(|_| true))
+        Self::start_with(
+            web,
+            limits,
+            Metrics::new(&Buckets::default(), "test"),
+            Box::new(|_| true),
+        )
     }
 
-    fn start_with(web: WebConfig, limits: HttpLimits, before_scrape: ScrapeHook) -> Self {
-        let metrics = Metrics::new(&Buckets::default(), "test");
+    fn start_with(
+        web: WebConfig,
+        limits: HttpLimits,
+        metrics: Metrics,
+        before_scrape: ScrapeHook,
+    ) -> Self {
         let handle = WebConfigHandle::new(web);
         let (stop, stopped) = oneshot::channel::<()>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -574,6 +583,7 @@ fn a_refresh_waiting_for_its_lock_does_not_stall_the_endpoint() {
     let server = Server::start_with(
         WebConfig::default(),
         HttpLimits::default(),
+        Metrics::new(&Buckets::default(), "test"),
         Box::new(move |wait| match lock_for_scrape(&counted, wait) {
             Some(mut n) => {
                 *n += 1;
@@ -596,4 +606,51 @@ fn a_refresh_waiting_for_its_lock_does_not_stall_the_endpoint() {
     drop(held);
     assert_eq!(scrape.join().unwrap(), (200, 0));
     assert_eq!(*refreshes.lock().unwrap(), 1);
+}
+
+/// A collector as slow as a large mesh's families.
+#[derive(Clone)]
+struct SlowCollector {
+    desc: prometheus::core::Desc,
+}
+
+impl prometheus::core::Collector for SlowCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        thread::sleep(Duration::from_millis(1000));
+        Vec::new()
+    }
+}
+
+/// After a slow render, the next one is done off the event loop: the
+/// endpoint answers while it runs.
+#[test]
+fn after_a_slow_render_the_next_is_off_the_event_loop() {
+    let metrics = Metrics::new(&Buckets::default(), "test");
+    let desc =
+        prometheus::core::Desc::new("slow".into(), "slow".into(), vec![], Default::default())
+            .unwrap();
+    metrics
+        .registry
+        .register(Box::new(SlowCollector { desc }))
+        .unwrap();
+    let server = Server::start_with(
+        WebConfig::default(),
+        HttpLimits::default(),
+        metrics,
+        Box::new(|_| true),
+    );
+    assert_eq!(curl(&[&server.url("http", "/metrics")]), (200, 0));
+    let url = server.url("http", "/metrics");
+    let scrape = thread::spawn(move || curl(&[&url]));
+    thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    assert_eq!(curl(&[&server.url("http", "/healthz")]), (200, 0));
+    let took = t0.elapsed();
+    assert!(!scrape.is_finished(), "the slow render ended first");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(scrape.join().unwrap(), (200, 0));
 }
