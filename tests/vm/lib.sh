@@ -126,8 +126,8 @@ agent_curl() { curl ${AGENT_CACERT:+--cacert "$AGENT_CACERT"} "$@"; }
 agent_get() { agent_curl -fsS -o /dev/null "$(agent_url "$1")" 2>/dev/null; }
 
 # make_test_certs DIR: a throwaway CA (DIR/ca.crt) and a server certificate
-# for 127.0.0.1 and $RXE_ADDR signed by it (DIR/agent.crt, DIR/agent.key;
-# DIR/agent.csr and agent.ext renew it), valid for 2 days.
+# for 127.0.0.1 and $RXE_ADDR signed by it (DIR/agent.crt, DIR/agent.key),
+# valid for 2 days.
 make_test_certs() {
   mkdir -p "$1"
   (
@@ -138,8 +138,15 @@ make_test_certs() {
     openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out agent.key 2>/dev/null
     openssl req -new -key agent.key -subj /CN=qpwatch -out agent.csr
     printf 'subjectAltName=IP:127.0.0.1,IP:%s\nextendedKeyUsage=serverAuth\n' "$RXE_ADDR" >agent.ext
-    openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile agent.ext -out agent.crt 2>/dev/null
   ) || fail "making the test certificates"
+  sign_test_cert "$1" 2
+}
+
+# sign_test_cert DIR DAYS: DIR/agent.crt (made or renewed) from make_test_certs'
+# request, signed by its CA, valid for DAYS days.
+sign_test_cert() {
+  (cd "$1" && openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days "$2" -extfile agent.ext -out agent.crt 2>/dev/null) ||
+    fail "signing the test certificate"
 }
 
 # wait_agent_ready [TIMEOUT_S]: until /readyz answers (60 s); fails, with the

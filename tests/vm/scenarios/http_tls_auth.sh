@@ -59,7 +59,16 @@ assert_eq "/healthz without credentials" 200 "$(https "$url/healthz")"
 plain=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$PORT/metrics" || true)
 assert_eq "plain HTTP to the TLS endpoint (no HTTP status)" 000 "$plain"
 assert_eq "a client that does not trust the agent's CA" 000 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -u "prometheus:$PASSWORD" "$url/metrics" || true)"
-scrape_tls() { curl -fsS --max-time 10 --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "$url/metrics" >"$OUT/$1.prom" && echo "$OUT/$1.prom"; }
+# scrape_from NAME URL [CURL_ARGS...]: URL/metrics over TLS with the
+# credentials, saved to $OUT/NAME.prom (its path printed)
+scrape_from() {
+  local file=$OUT/$1.prom base=$2
+  shift 2
+  curl -fsS --max-time 10 --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "$@" "$base/metrics" >"$file" && echo "$file"
+}
+scrape_tls() { scrape_from "$1" "$url"; }
+# from and to the rxe address, as Prometheus scrapes
+scrape_rxe() { scrape_from "$1" "https://$RXE_ADDR:$PORT" --interface "$RXE_ADDR"; }
 first=$(scrape_tls first) || fail "scrape over TLS"
 assert_eq 'qpwatch_http_auth_failures_total{reason="invalid"}' 2 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="invalid"}')"
 assert_eq 'qpwatch_http_auth_failures_total{reason="missing"}' 1 "$(metric "$first" 'qpwatch_http_auth_failures_total{reason="missing"}')"
@@ -95,8 +104,7 @@ wait_until 30 grep -q 300 "$OUT/idle.log" || fail "the idle connections: $(cat "
 timed_scrape
 assert_eq "a scrape from $RXE_ADDR while 300 idle connections from 127.0.0.1 are open" 200 "$SCRAPE_CODE"
 log "that scrape (curl under emulation) took $SCRAPE_MS ms; before the idle connections: $before_ms ms"
-during=$OUT/during.prom
-curl -fsS --max-time 10 --interface "$RXE_ADDR" --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "https://$RXE_ADDR:$PORT/metrics" >"$during" || fail "scrape during the flood"
+during=$(scrape_rxe during) || fail "scrape during the flood"
 refused=$(metric "$during" 'qpwatch_http_connections_refused_total{reason="max_connections_per_source"}')
 [ "$refused" -ge 292 ] || fail "refused for max_connections_per_source: $refused, expected at least 292 (300 - 8)"
 log "ok: $refused connections refused at max_connections_per_source; open: $(metric "$during" qpwatch_http_active_connections)"
@@ -108,8 +116,7 @@ log "ok: Prometheus's scrapes all succeeded during the flood"
 # (and the expiry of its certificate, though a renewed one is on disk already)
 cp "$web" "$OUT/web.good"
 first_expiry=$(not_after "$certs/agent.crt")
-(cd "$certs" && openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile agent.ext -out agent.crt 2>/dev/null) ||
-  fail "renewing the agent's certificate"
+sign_test_cert "$certs" 1
 renewed_expiry=$(not_after "$certs/agent.crt")
 [ "$renewed_expiry" -lt "$first_expiry" ] || fail "the renewed certificate expires at $renewed_expiry, not before $first_expiry"
 printf 'tls_server_config:\n  cert_file: certs/agent.crt\n  key_file: certs/agent.key\n  min_version: TLS10\n' >"$web"
@@ -117,14 +124,12 @@ kill -HUP "$AGENT_PID"
 wait_until 30 grep -q 'web configuration not reloaded' "$OUT/agent.log" || fail "no warning for the bad web configuration"
 grep 'web configuration not reloaded' "$OUT/agent.log" | tail -n1 >&2
 assert_eq "after a bad reload, without credentials" 401 "$(https --interface "$RXE_ADDR" "https://$RXE_ADDR:$PORT/metrics")"
-bad=$OUT/after-bad.prom
-curl -fsS --max-time 10 --interface "$RXE_ADDR" --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "https://$RXE_ADDR:$PORT/metrics" >"$bad" || fail "scrape after the bad reload"
+bad=$(scrape_rxe after-bad) || fail "scrape after the bad reload"
 assert_eq "$expiry after a bad reload: still the first certificate's" "$first_expiry" "$(metric "$bad" "$expiry")"
 cp "$OUT/web.good" "$web"
 kill -HUP "$AGENT_PID"
 wait_until 30 grep -q 'SIGHUP: web configuration reloaded' "$OUT/agent.log" || fail "the good web configuration was not reloaded"
-after=$OUT/after.prom
-curl -fsS --max-time 10 --interface "$RXE_ADDR" --cacert "$certs/ca.crt" -u "prometheus:$PASSWORD" "https://$RXE_ADDR:$PORT/metrics" >"$after" || fail "scrape after the reloads"
+after=$(scrape_rxe after) || fail "scrape after the reloads"
 assert_eq 'qpwatch_http_web_config_reloads_total{result="error"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="error"}')"
 assert_eq 'qpwatch_http_web_config_reloads_total{result="ok"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="ok"}')"
 assert_eq "$expiry after the good reload: the renewed certificate's" "$renewed_expiry" "$(metric "$after" "$expiry")"
