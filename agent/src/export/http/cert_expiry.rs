@@ -16,6 +16,8 @@ use thiserror::Error;
 #[error("certificate validity not readable: {0}")]
 pub struct CertExpiryError(&'static str);
 
+const TRUNCATED: CertExpiryError = CertExpiryError("truncated");
+
 const SEQUENCE: u8 = 0x30;
 const VERSION: u8 = 0xa0;
 const UTC_TIME: u8 = 0x17;
@@ -62,9 +64,8 @@ fn expect(tag: u8, want: u8, what: &'static str) -> Result<(), CertExpiryError> 
 
 /// One DER element: its tag, its contents and what follows it.
 fn tlv(der: &[u8]) -> Result<(u8, &[u8], &[u8]), CertExpiryError> {
-    let short = CertExpiryError("truncated");
-    let (&tag, rest) = der.split_first().ok_or(short)?;
-    let (&first, mut rest) = rest.split_first().ok_or(CertExpiryError("truncated"))?;
+    let (&tag, rest) = der.split_first().ok_or(TRUNCATED)?;
+    let (&first, mut rest) = rest.split_first().ok_or(TRUNCATED)?;
     let len = if first < 0x80 {
         usize::from(first)
     } else {
@@ -77,7 +78,7 @@ fn tlv(der: &[u8]) -> Result<(u8, &[u8], &[u8]), CertExpiryError> {
         bytes.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b))
     };
     if rest.len() < len {
-        return Err(CertExpiryError("truncated"));
+        return Err(TRUNCATED);
     }
     let (contents, after) = rest.split_at(len);
     Ok((tag, contents, after))
