@@ -139,9 +139,7 @@ fn serve(args: RunArgs, mode: Mode) -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        // the pool of spawn_blocking (scrapes, prober changes): it grows and
-        // shrinks on demand, so it is told apart by name
-        .thread_name("qpwatch-blocking")
+        .thread_name(qpwatch::service::daemon::BLOCKING_THREAD_NAME)
         .build()
     {
         Ok(runtime) => runtime,

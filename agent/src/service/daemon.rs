@@ -91,6 +91,13 @@ fn enable_bpf_stats(settings: &Settings) -> Option<OwnedFd> {
     }
 }
 
+/// The name of the threads of the runtime's blocking pool (scrapes, prober
+/// changes), which come and go with the work: tests and operators tell them
+/// apart by it. At most 15 bytes: the kernel keeps that much of a thread's
+/// name (`TASK_COMM_LEN`, include/linux/sched.h), and a longer one would show
+/// truncated in `/proc/PID/task/*/comm`.
+pub const BLOCKING_THREAD_NAME: &str = "qpwatch-pool";
+
 pub async fn run(
     settings: Settings,
     web: WebConfig,
@@ -449,4 +456,27 @@ fn reload(old: &Settings, new: &Settings) {
         fleet_mode = new.mesh.is_some(),
         "SIGHUP: configuration reloaded"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BLOCKING_THREAD_NAME;
+
+    /// A blocking-pool thread's name reads back whole from the kernel, as
+    /// `agent_threads` (tests/vm/lib/mesh.sh) matches it.
+    #[test]
+    fn blocking_pool_threads_keep_their_whole_name() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .thread_name(BLOCKING_THREAD_NAME)
+            .build()
+            .expect("a runtime");
+        let comm = runtime
+            .block_on(async {
+                tokio::task::spawn_blocking(|| std::fs::read_to_string("/proc/thread-self/comm"))
+                    .await
+            })
+            .expect("the task ran")
+            .expect("comm read");
+        assert_eq!(comm.trim_end(), BLOCKING_THREAD_NAME);
+    }
 }

@@ -139,8 +139,9 @@ hist_quantile_windows() {
 }
 
 # agent_threads: the agent's thread count, without tokio's blocking pool
-# ("qpwatch-blocking": threads come for a scrape and leave after 10 s idle).
-agent_threads() { cat "/proc/$AGENT_PID"/task/*/comm | grep -cvx 'qpwatch-blocking'; }
+# ("qpwatch-pool", service::daemon::BLOCKING_THREAD_NAME: threads come for a
+# scrape or a prober change and leave after 10 s idle).
+agent_threads() { cat "/proc/$AGENT_PID"/task/*/comm | grep -cvx 'qpwatch-pool'; }
 
 # mesh_ud_qps [PID]: UD QPs of the process (the agent) in the kernel's
 # resource table. rdma res names the thread that created a QP (the UD QP's
