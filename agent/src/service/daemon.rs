@@ -19,7 +19,12 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    export::http::{self, lock_for_scrape, web_config::WebConfig, HttpState, WebConfigHandle},
+    export::http::{
+        self, lock_for_scrape,
+        web_config::WebConfig,
+        web_config_watch::{self, WebConfigWatch},
+        HttpState, WebConfigHandle,
+    },
     export::jsonl::JsonLines,
     export::metrics::{ib_cm, Metrics},
     kernel::cgroup::CgroupPaths,
@@ -165,6 +170,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = None;
     let web_config = WebConfigHandle::default();
+    let mut web_watch = WebConfigWatch::new(&[]);
     let state = if mode == Mode::Serve {
         let counters = tracer.counters();
         let scrape_metrics = metrics.clone();
@@ -185,6 +191,7 @@ pub async fn run(
             }),
         );
         metrics.http.tls_cert_expiry(web.cert_expiry);
+        web_watch.read_again(&web.files);
         web_config.replace(web);
         let web = web_config.current();
         let listener = TcpListener::bind(settings.listen)
@@ -215,6 +222,13 @@ pub async fn run(
     let mut targets_file_check = targets_file_interval(&settings);
     let mut discovery_check = discovery_interval(&settings);
     let mut watchdog = notifier.watchdog_interval().map(tokio::time::interval);
+    let mut web_config_check = (mode == Mode::Serve).then(|| {
+        let every = web_config_watch::CHECK_INTERVAL;
+        let mut check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // two looks a whole interval apart, even after a stall
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        check
+    });
     let mut ready_sent = false;
     let mut probes_started = mode == Mode::Events;
     let mut settings = settings;
@@ -240,7 +254,7 @@ pub async fn run(
                     Err(error) => warn!(%error, "SIGHUP: configuration not reloaded"),
                 }
                 if mode == Mode::Serve {
-                    reload_web_config(&web_config, &settings, &metrics);
+                    reload_web_config(&web_config, &mut web_watch, &settings, &metrics, "SIGHUP");
                 }
                 notifier.notify("READY=1");
             }
@@ -281,6 +295,12 @@ pub async fn run(
             Some(_) = async { match watchdog.as_mut() { Some(w) => Some(w.tick().await), None => None } } => {
                 notifier.notify("WATCHDOG=1");
             }
+            Some(_) = async { match web_config_check.as_mut() { Some(t) => Some(t.tick().await), None => None } } => {
+                let files = web_config.current().files.clone();
+                if !files.is_empty() && web_watch.look(&files) {
+                    reload_web_config(&web_config, &mut web_watch, &settings, &metrics, "web configuration files changed");
+                }
+            }
         }
     };
 
@@ -302,23 +322,33 @@ pub async fn run(
     result
 }
 
-/// SIGHUP: the web configuration file is read again (certificates renewed,
-/// users changed) and applies to new connections; a file that does not
-/// validate keeps the one in force.
-fn reload_web_config(web: &WebConfigHandle, settings: &Settings, metrics: &Metrics) {
+/// SIGHUP, or its files changed ([`WebConfigWatch`]): the web
+/// configuration file is read again (certificates renewed, users changed)
+/// and applies to new connections; a file that does not validate keeps the
+/// one in force.
+/// `why`: what the log lines begin with (`SIGHUP`, or the files changing).
+/// `watch` is told the files were read, whatever came of it.
+fn reload_web_config(
+    web: &WebConfigHandle,
+    watch: &mut WebConfigWatch,
+    settings: &Settings,
+    metrics: &Metrics,
+    why: &str,
+) {
     match http::web_config::load(settings.web_config_file.as_deref()) {
         Ok(new) => {
-            info!(web = %new.summary(), "SIGHUP: web configuration reloaded");
+            info!(web = %new.summary(), "{why}: web configuration reloaded");
             warn_clear_text_passwords(&new);
             metrics.http.tls_cert_expiry(new.cert_expiry);
             web.replace(new);
             metrics.http.web_config_reload(true);
         }
         Err(error) => {
-            warn!(%error, "SIGHUP: web configuration not reloaded, the previous one stays");
+            warn!(%error, "{why}: web configuration not reloaded, the previous one stays");
             metrics.http.web_config_reload(false);
         }
     }
+    watch.read_again(&web.current().files);
 }
 
 fn warn_clear_text_passwords(web: &WebConfig) {

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cert_expiry;
 mod server;
 pub mod web_config;
+pub mod web_config_watch;
 
 pub use server::{serve, HttpLimits, WebConfigHandle};
 

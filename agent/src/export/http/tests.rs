@@ -86,6 +86,40 @@ fn good_files() {
     assert_eq!(web.summary(), "TLS, no basic auth");
 }
 
+/// What the watch for renewed certificates looks at: the file, then the
+/// PEM files it names, as they were read (relative ones from its
+/// directory); none for PEM given inline.
+#[test]
+fn a_web_config_names_the_files_it_was_read_from() {
+    let (dir, path) = web_file(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    );
+    let web = web_config::load(Some(&path)).unwrap();
+    let in_dir = |name: &str| dir.path().join(name);
+    assert_eq!(
+        web.files,
+        [
+            path.clone(),
+            in_dir("ca.crt"),
+            in_dir("server.crt"),
+            in_dir("server.key")
+        ]
+    );
+    let inline = std::fs::read_to_string(in_dir("server.crt")).unwrap();
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    std::fs::write(
+        &path,
+        format!(
+            "tls_server_config:\n  cert: |\n{}  key_file: server.key\n",
+            indent(&inline)
+        ),
+    )
+    .unwrap();
+    let web = web_config::load(Some(&path)).unwrap();
+    assert_eq!(web.files, [path.clone(), in_dir("server.key")]);
+    assert!(web_config::load(None).unwrap().files.is_empty());
+}
+
 /// Each bad file: one line naming the file and the key.
 #[test]
 fn bad_files_name_the_key() {

@@ -52,6 +52,9 @@ pub struct WebConfig {
     /// When the first of the served certificates (`cert_file`, leaf and
     /// chain) stops being valid, in Unix seconds.
     pub cert_expiry: Option<i64>,
+    /// The files it was read from: the web configuration file, then the
+    /// PEM files it names.
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +130,18 @@ const HEADERS: [(&str, &[&str]); 5] = [
 struct Context<'a> {
     path: &'a Path,
     dir: PathBuf,
+    /// The PEM files read so far.
+    read: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl<'a> Context<'a> {
+    fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            read: Default::default(),
+        }
+    }
 }
 
 impl Context<'_> {
@@ -165,6 +180,7 @@ impl Context<'_> {
             (None, Some(file)) => {
                 let path = self.resolve(file);
                 let bytes = read_bounded(&path).map_err(|e| self.error(file_key, e))?;
+                self.read.borrow_mut().push(path);
                 Ok(Some((bytes, file_key.to_owned())))
             }
             (None, None) => Ok(None),
@@ -198,10 +214,7 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     let Some(path) = path else {
         return Ok(WebConfig::default());
     };
-    let cx = Context {
-        path,
-        dir: path.parent().map(Path::to_owned).unwrap_or_default(),
-    };
+    let cx = Context::new(path);
     let bytes = read_bounded(path).map_err(|e| cx.error("(file)", e))?;
     let text = String::from_utf8(bytes).map_err(|_| cx.error("(file)", "not UTF-8 text"))?;
     parse(&cx, &text)
@@ -209,11 +222,7 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
 
 /// Parses the file's text (`path`: for relative paths and errors).
 pub fn parse_text(path: &Path, text: &str) -> Result<WebConfig, WebConfigError> {
-    let cx = Context {
-        path,
-        dir: path.parent().map(Path::to_owned).unwrap_or_default(),
-    };
-    parse(&cx, text)
+    parse(&Context::new(path), text)
 }
 
 fn parse(cx: &Context, text: &str) -> Result<WebConfig, WebConfigError> {
@@ -280,6 +289,9 @@ fn parse(cx: &Context, text: &str) -> Result<WebConfig, WebConfigError> {
             config.basic_auth = Some(Arc::new(BasicAuth::new(users.clone())));
         }
     }
+    config.files = std::iter::once(cx.path.to_owned())
+        .chain(cx.read.take())
+        .collect();
     Ok(config)
 }
 

@@ -57,7 +57,7 @@ impl HttpMetrics {
             ),
             web_config_reloads: r.counter_vec(
                 "qpwatch_http_web_config_reloads_total",
-                "Reads of the web configuration file on SIGHUP, ok or error (the previous one is kept).",
+                "Reads of the web configuration file on SIGHUP or when its files changed, ok or error (the previous one is kept).",
                 &["result"],
             ),
             tls_cert_expiry: r.gauge_vec(
