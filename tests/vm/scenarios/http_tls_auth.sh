@@ -6,12 +6,14 @@
 # auth (scheme https, tls_config.ca_file, basic_auth): up == 1 and a
 # qpwatch series in its API. Then 300 idle connections from 127.0.0.1: the
 # agent keeps 8 (max_connections_per_source) and refuses the rest, while
-# Prometheus and curl from 198.18.0.1 still get their scrapes. A web
-# configuration that does not validate on SIGHUP keeps the one in force; a
-# good one is taken. qpwatch_http_tls_cert_expiry_timestamp_seconds is the
-# served certificate's notAfter as openssl reads it, before and after the
-# certificate is renewed and reloaded (not after the bad reload). SIGTERM
-# with the idle connections still open: exit 0.
+# Prometheus and curl from 198.18.0.1 still get their scrapes. A renewed
+# certificate is taken without a SIGHUP (the agent looks at the files every
+# 5 s). A web configuration that does not validate keeps the one in force,
+# when its files change and on SIGHUP; a good one is taken on SIGHUP.
+# qpwatch_http_tls_cert_expiry_timestamp_seconds is the served
+# certificate's notAfter as openssl reads it, before and after each
+# renewal taken (not after the bad reloads). SIGTERM with the idle
+# connections still open: exit 0.
 PASSWORD='correct horse battery staple'
 PORT=9721
 AGENT_ADDR=0.0.0.0:$PORT
@@ -112,27 +114,40 @@ sleep 6
 prom_has 'min_over_time(up{job="qpwatch"}[8s]) == 1' || fail "Prometheus missed scrapes during the flood"
 log "ok: Prometheus's scrapes all succeeded during the flood"
 
-# SIGHUP: a web configuration that does not validate keeps the one in force
-# (and the expiry of its certificate, though a renewed one is on disk already)
+# A renewed certificate is taken without a SIGHUP: the agent looks at the
+# web configuration's files every 5 s and reloads a change that held still
+# for one look.
 cp "$web" "$OUT/web.good"
 first_expiry=$(not_after "$certs/agent.crt")
 sign_test_cert "$certs" 1
 renewed_expiry=$(not_after "$certs/agent.crt")
 [ "$renewed_expiry" -lt "$first_expiry" ] || fail "the renewed certificate expires at $renewed_expiry, not before $first_expiry"
+renewed_at=$SECONDS
+wait_until 30 grep -q 'web configuration files changed: web configuration reloaded' "$OUT/agent.log" || fail "the renewed certificate was not taken without a SIGHUP"
+log "ok: the renewed certificate taken without a SIGHUP, within $((SECONDS - renewed_at)) s"
+renewed=$(scrape_rxe renewed) || fail "scrape after the renewal"
+assert_eq "$expiry after the renewal: the renewed certificate's" "$renewed_expiry" "$(metric "$renewed" "$expiry")"
+
+# A web configuration that does not validate keeps the one in force, and
+# the certificate it serves, though another one is on disk already: when
+# the files change, and again on SIGHUP.
+sign_test_cert "$certs" 3
+third_expiry=$(not_after "$certs/agent.crt")
 printf 'tls_server_config:\n  cert_file: certs/agent.crt\n  key_file: certs/agent.key\n  min_version: TLS10\n' >"$web"
-kill -HUP "$AGENT_PID"
-wait_until 30 grep -q 'web configuration not reloaded' "$OUT/agent.log" || fail "no warning for the bad web configuration"
+wait_until 30 grep -q 'web configuration files changed: web configuration not reloaded' "$OUT/agent.log" || fail "no warning for the bad web configuration"
 grep 'web configuration not reloaded' "$OUT/agent.log" | tail -n1 >&2
+kill -HUP "$AGENT_PID"
+wait_until 30 grep -q 'SIGHUP: web configuration not reloaded' "$OUT/agent.log" || fail "no warning for the bad web configuration on SIGHUP"
 assert_eq "after a bad reload, without credentials" 401 "$(https --interface "$RXE_ADDR" "https://$RXE_ADDR:$PORT/metrics")"
 bad=$(scrape_rxe after-bad) || fail "scrape after the bad reload"
-assert_eq "$expiry after a bad reload: still the first certificate's" "$first_expiry" "$(metric "$bad" "$expiry")"
+assert_eq "$expiry after a bad reload: still the renewed certificate's" "$renewed_expiry" "$(metric "$bad" "$expiry")"
 cp "$OUT/web.good" "$web"
 kill -HUP "$AGENT_PID"
 wait_until 30 grep -q 'SIGHUP: web configuration reloaded' "$OUT/agent.log" || fail "the good web configuration was not reloaded"
 after=$(scrape_rxe after) || fail "scrape after the reloads"
-assert_eq 'qpwatch_http_web_config_reloads_total{result="error"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="error"}')"
-assert_eq 'qpwatch_http_web_config_reloads_total{result="ok"}' 1 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="ok"}')"
-assert_eq "$expiry after the good reload: the renewed certificate's" "$renewed_expiry" "$(metric "$after" "$expiry")"
+assert_eq 'qpwatch_http_web_config_reloads_total{result="error"}' 2 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="error"}')"
+assert_eq 'qpwatch_http_web_config_reloads_total{result="ok"}' 2 "$(metric "$after" 'qpwatch_http_web_config_reloads_total{result="ok"}')"
+assert_eq "$expiry after the good reload: the third certificate's" "$third_expiry" "$(metric "$after" "$expiry")"
 
 # SIGTERM while the idle connections are still open
 kill -0 "$idle_pid" 2>/dev/null || fail "the idle connections were closed before SIGTERM"
