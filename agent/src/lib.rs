@@ -13,6 +13,7 @@
 //! The binary is a thin wrapper over [`service::daemon::run`].
 
 pub mod export;
+pub mod file_id;
 pub mod kernel;
 pub mod model;
 pub mod service;

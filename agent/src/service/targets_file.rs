@@ -12,11 +12,12 @@ use std::{
     fs,
     io::Read,
     net::SocketAddr,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
 use serde::Deserialize;
+
+use crate::file_id::FileId;
 
 /// The most that is read of a targets file: 100,000 targets of 40 bytes
 /// each with their labels fit; `/dev/zero` does not.
@@ -125,26 +126,6 @@ fn strip_position(message: &str) -> &str {
     message
         .rsplit_once(" at line ")
         .map_or(message, |(message, _)| message)
-}
-
-/// What identifies a version of the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime_ns: i128,
-}
-
-impl FileId {
-    fn of(meta: &fs::Metadata) -> FileId {
-        FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        }
-    }
 }
 
 /// What a check of the file found.

@@ -6,41 +6,27 @@
 //! certificate, then its key) from being read half done; a reload that
 //! fails all the same is not tried again until the files change again.
 
-use std::{
-    os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
-    time::{Duration, SystemTime},
-};
+use std::{path::PathBuf, time::Duration};
+
+use crate::file_id::FileId;
 
 /// How often the files are looked at.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What identifies one version of a file: `None` if it cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp(Option<(SystemTime, u64, u64, u64)>);
-
-impl Stamp {
-    /// Follows symbolic links: a directory of links swapped at once (as
-    /// Kubernetes mounts a secret) shows as the files they point to.
-    fn of(path: &Path) -> Self {
-        Self(std::fs::metadata(path).ok().map(|m| {
-            (
-                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                m.len(),
-                m.ino(),
-                m.dev(),
-            )
-        }))
-    }
-}
-
 /// The stamps of a set of files, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileStamps(Vec<(PathBuf, Stamp)>);
+pub struct FileStamps(Vec<(PathBuf, Option<FileId>)>);
 
 impl FileStamps {
     pub fn of(files: &[PathBuf]) -> Self {
-        Self(files.iter().map(|f| (f.clone(), Stamp::of(f))).collect())
+        // symbolic links followed: a directory of links swapped at once (as
+        // Kubernetes mounts a secret) shows as the files they point to
+        Self(
+            files
+                .iter()
+                .map(|f| (f.clone(), FileId::of_path(f)))
+                .collect(),
+        )
     }
 }
 
@@ -91,6 +77,7 @@ impl WebConfigWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn write(path: &Path, text: &str) {
         std::fs::write(path, text).unwrap();
