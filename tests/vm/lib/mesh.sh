@@ -138,6 +138,39 @@ hist_quantile_windows() {
     }' "$@"
 }
 
+# mesh_delay_in_turn PORT CYCLES WINDOW: CYCLES cycles of a WINDOW s with no
+# delay on the switch's port toward host PORT and a WINDOW s with netem delay
+# 2ms (one qdisc, changed in place: nothing queued is dropped), each window
+# between two scrapes. The bed's load drifts over a minute by as much as the
+# delay (a CI run with one 30 s window each way saw h1 -> h2 move by 0.36 ms
+# with no fault on it, another saw a 2 ms delay raise a median by 0.72 ms);
+# windows taken in turn average the drift out. MESH_BASE and MESH_DELAY get
+# each window's two scrapes, in turn, for hist_quantile_windows. The delay is
+# on at the end (fleet_switch clear PORT removes the qdisc). If the scenario
+# defines mesh_window_mark PHASE, it is called as each window opens (base,
+# delay) and closes (end).
+mesh_delay_in_turn() {
+  local port=$1 cycles=$2 window=$3 cycle phase opened closed
+  MESH_BASE=() MESH_DELAY=()
+  fleet_switch netem "$port" delay 0ms >&2
+  sleep 1
+  for ((cycle = 1; cycle <= cycles; cycle++)); do
+    for phase in base delay; do
+      if [ "$phase" = delay ]; then
+        fleet_switch netem "$port" delay 2ms >&2
+        sleep 1
+      fi
+      opened=$(scrape "$phase$cycle-0")
+      ! declare -F mesh_window_mark >/dev/null || mesh_window_mark "$phase"
+      sleep "$window"
+      ! declare -F mesh_window_mark >/dev/null || mesh_window_mark end
+      closed=$(scrape "$phase$cycle-1")
+      if [ "$phase" = base ]; then MESH_BASE+=("$opened" "$closed"); else MESH_DELAY+=("$opened" "$closed"); fi
+    done
+    [ "$cycle" = "$cycles" ] || { fleet_switch netem "$port" delay 0ms >&2 && sleep 1; }
+  done
+}
+
 # agent_threads: the agent's thread count, without tokio's blocking pool
 # ("qpwatch-pool", service::daemon::BLOCKING_THREAD_NAME: threads come for a
 # scrape or a prober change and leave after 10 s idle).

@@ -56,35 +56,14 @@ lat_client() {
 case $HOST_INDEX in
   1)
     fleet_barrier lat-server
-    fleet_switch netem 3 delay 0ms >&2
-    sleep 2
-    base=() delay=()
     # ping h3 meanwhile (20/s, answered by h3's kernel): what the delay adds
     # to the path in the same seconds, with the same timers and load
     ping -n -D -i 0.05 "$h3" >"$OUT/ping.log" 2>&1 &
     pinger=$!
     on_exit "kill $pinger 2>/dev/null"
-    mark() { echo "$1 $(date +%s.%N)" >>"$OUT/windows.txt"; }
-    # measure_window PHASE: a WINDOW s of PHASE (base or delay) between two
-    # scrapes, appended to the array named PHASE, its span marked for ping
-    measure_window() {
-      local -n scrapes=$1
-      local f
-      f=$(scrape "$1$cycle-0")
-      scrapes+=("$f")
-      mark "$1"
-      sleep "$WINDOW"
-      mark end
-      f=$(scrape "$1$cycle-1")
-      scrapes+=("$f")
-    }
-    for ((cycle = 1; cycle <= CYCLES; cycle++)); do
-      measure_window base
-      fleet_switch netem 3 delay 2ms >&2
-      sleep 1
-      measure_window delay
-      [ "$cycle" = "$CYCLES" ] || { fleet_switch netem 3 delay 0ms >&2 && sleep 1; }
-    done
+    mesh_window_mark() { echo "$1 $(date +%s.%N)" >>"$OUT/windows.txt"; }
+    mesh_delay_in_turn 3 "$CYCLES" "$WINDOW"
+    base=("${MESH_BASE[@]}") delay=("${MESH_DELAY[@]}")
     kill "$pinger" || fail "ping h1 -> h3 ended early: $(tail -n 2 "$OUT/ping.log")"
     # ping_median PHASE: the median ping RTT (s) of the replies within the
     # windows of PHASE, and their count
