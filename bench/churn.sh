@@ -14,8 +14,9 @@
 # The BPF program time alone (about 5 minutes; prints, writes no RESULTS.md):
 #   VM_CPUS=1 BENCH_ONLY=bpf tests/vm/run bench/churn
 # One vCPU: on two, the agent draining on one slows the other on this 2-core
-# host, and the guest's clock falls back to the HPET (TSCs unsynchronized),
-# which makes every bpf_ktime_get_ns() an emulated device read.
+# host. (Rounds 1 to 9 also ran on two vCPUs with the HPET clock, which made
+# every bpf_ktime_get_ns() an emulated device read; tests/vm/run now boots
+# with the TSC clock unless VM_KERNEL_ARGS says otherwise.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Under TCG every figure scales with the host CPU the VM gets: say if another

@@ -32,7 +32,7 @@ setup_rxe() {
   fi
 }
 
-echo "guest: kernel $(uname -r), $(nproc) cpus"
+echo "guest: kernel $(uname -r), $(nproc) cpus, clock $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 if ! setup_rxe >"$OUT_ROOT/setup.log" 2>&1; then
   cat "$OUT_ROOT/setup.log"
   printf 'setup\tFAIL\t0\n' >>"$RESULTS"
