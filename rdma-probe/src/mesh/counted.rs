@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -120,6 +120,43 @@ impl Recorder {
         }
         self.changed.notify_all();
     }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Record>, Error> {
+        self.record
+            .lock()
+            .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))
+    }
+
+    /// Waits until `count` probes are answered, lost or failed to send, the
+    /// target failed to resolve, `give_up` has passed or `finished()` says
+    /// the mesh thread ended. Returns with the record unlocked: the mesh
+    /// thread goes on reporting (a late answer, a loss) until it is stopped,
+    /// and stopping it joins it.
+    fn wait_done(
+        &self,
+        count: u64,
+        give_up: Instant,
+        finished: impl Fn() -> bool,
+    ) -> Result<(), Error> {
+        let mut record = self.lock()?;
+        loop {
+            let done = record.rtts.len() as u64 + record.lost + record.send_failed;
+            let now = Instant::now();
+            if done >= count || record.error.is_some() || now >= give_up || finished() {
+                return Ok(());
+            }
+            record = self
+                .changed
+                .wait_timeout(record, (give_up - now).min(Duration::from_millis(200)))
+                .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))?
+                .0;
+        }
+    }
+
+    /// The record so far, taken out.
+    fn take(&self) -> Result<Record, Error> {
+        Ok(std::mem::take(&mut *self.lock()?))
+    }
 }
 
 impl MeshSink for Recorder {
@@ -178,25 +215,9 @@ pub fn probe_counted(probe: &CountedProbe) -> Result<CountedSummary, Error> {
         + probe.interval * u32::try_from(probe.count).unwrap_or(u32::MAX)
         + probe.config.timeout
         + Duration::from_secs(5);
-    let give_up = Instant::now() + budget;
-    let mut record = recorder
-        .record
-        .lock()
-        .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))?;
-    loop {
-        let done = record.rtts.len() as u64 + record.lost + record.send_failed;
-        let now = Instant::now();
-        if done >= probe.count || record.error.is_some() || now >= give_up || mesh.is_finished() {
-            break;
-        }
-        record = recorder
-            .changed
-            .wait_timeout(record, (give_up - now).min(Duration::from_millis(200)))
-            .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))?
-            .0;
-    }
-    let record = std::mem::take(&mut *record);
+    recorder.wait_done(probe.count, Instant::now() + budget, || mesh.is_finished())?;
     mesh.stop()?;
+    let record = recorder.take()?;
     Ok(CountedSummary {
         target: probe.target,
         message_size: probe.config.message_size,
@@ -213,4 +234,43 @@ pub fn probe_counted(probe: &CountedProbe) -> Result<CountedSummary, Error> {
         responder_delay: LatencySummary::from_samples(&record.delays),
         error: record.error,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    use std::thread;
+
+    /// The mesh thread reports until it is stopped (late answers, losses
+    /// after the last probe is done), and stopping it joins it: a record
+    /// still locked then is a deadlock (`qpwatch probe --ud` hung in a CI
+    /// run of responder_guard, a stranger's burst of 150 probes).
+    #[test]
+    fn the_mesh_is_stopped_with_the_record_unlocked() {
+        let recorder = Arc::new(Recorder::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mesh_thread = {
+            let (recorder, stop) = (recorder.clone(), stop.clone());
+            thread::spawn(move || {
+                let target: Arc<str> = "198.18.0.1:9723".into();
+                while !stop.load(Ordering::Acquire) {
+                    recorder.lost(&target, 0);
+                }
+            })
+        };
+        let (lost_tx, lost_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let give_up = Instant::now() + Duration::from_secs(30);
+            recorder.wait_done(3, give_up, || false).unwrap();
+            stop.store(true, Ordering::Release);
+            mesh_thread.join().unwrap();
+            lost_tx.send(recorder.take().unwrap().lost).unwrap();
+        });
+        let lost = lost_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("stopping the mesh thread did not return");
+        assert!(lost >= 3, "lost {lost}");
+    }
 }
