@@ -60,16 +60,16 @@ fn cm_offsets() -> Option<(KernelOffsets, CmOffsets)> {
     Some((offsets()?, cm))
 }
 
+/// Writes a new record of `op` by `pid_tgid`, beginning now, into `event`.
 #[inline(always)]
-fn new_cm_event(op: CmOp) -> CmEvent {
-    let mut event = CmEvent::zeroed();
+fn init_cm_event(event: &mut CmEvent, op: CmOp, pid_tgid: u64) {
+    *event = CmEvent::zeroed();
     event.kind = EventKind::Cm as u32;
     event.op = op as u32;
     event.start_ns = now_ns();
     event.end_ns = event.start_ns;
-    event.pid_tgid = bpf_get_current_pid_tgid();
+    event.pid_tgid = pid_tgid;
     current_comm(&mut event.comm);
-    event
 }
 
 /// Reads what the id says about itself; run at entry and again at return,
@@ -108,14 +108,15 @@ fn begin_cm(
     fill: impl FnOnce(&mut CmEvent, &KernelOffsets, &CmOffsets),
 ) {
     let Some((k, c)) = cm_offsets() else { return };
-    let mut event = new_cm_event(op);
-    describe_id(&mut event, id_priv, &k, &c);
-    if id_priv != 0 {
-        event.state = read_u32(id_priv, c.id_priv_state);
-        event.flags |= CM_FLAG_STATE;
-    }
-    fill(&mut event, &k, &c);
-    begin(ctx, &CM_PENDING, op.hook(), &event);
+    begin(ctx, &CM_PENDING, op.hook(), |event, pid_tgid| {
+        init_cm_event(event, op, pid_tgid);
+        describe_id(event, id_priv, &k, &c);
+        if id_priv != 0 {
+            event.state = read_u32(id_priv, c.id_priv_state);
+            event.flags |= CM_FLAG_STATE;
+        }
+        fill(event, &k, &c);
+    });
 }
 
 /// `only_with_qp`: drop the record when the id had no kernel QP at entry (the
@@ -336,7 +337,8 @@ cm_hook!(IbReqHandler on "cma_ib_req_handler":
 #[inline(always)]
 fn cm_entry_hit(op: CmOp, id_priv: u64) {
     let Some((k, c)) = cm_offsets() else { return };
-    let mut event = new_cm_event(op);
+    let mut event = CmEvent::zeroed();
+    init_cm_event(&mut event, op, bpf_get_current_pid_tgid());
     describe_id(&mut event, id_priv, &k, &c);
     if id_priv != 0 {
         event.state = read_u32(id_priv, c.id_priv_state);

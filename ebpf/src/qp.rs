@@ -49,13 +49,14 @@ impl QpCall {
         }
     }
 
+    /// The call of `pid_tgid` beginning now.
     #[inline(always)]
-    fn new(kind: EventKind, object: u64, attr: u64, word: u32) -> Self {
+    fn new(kind: EventKind, pid_tgid: u64, object: u64, attr: u64, word: u32) -> Self {
         Self {
             kind: kind as u32,
             word,
             start_ns: now_ns(),
-            pid_tgid: bpf_get_current_pid_tgid(),
+            pid_tgid,
             object,
             attr,
         }
@@ -102,8 +103,9 @@ fn finish_qp(
 
 #[inline(always)]
 fn begin_create(ctx: &ProbeContext, hook: u32, device: u64, init_attr: u64) {
-    let call = QpCall::new(EventKind::QpCreate, device, init_attr, 0);
-    begin(ctx, &PENDING, hook, &call);
+    begin(ctx, &PENDING, hook, |call, pid_tgid| {
+        *call = QpCall::new(EventKind::QpCreate, pid_tgid, device, init_attr, 0);
+    });
 }
 
 #[inline(always)]
@@ -209,8 +211,9 @@ pub fn qp_modify(ctx: ProbeContext) -> u32 {
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let attr: u64 = ctx.arg(1).unwrap_or(0);
     let attr_mask: u32 = ctx.arg(2).unwrap_or(0);
-    let call = QpCall::new(EventKind::QpModify, qp, attr, attr_mask);
-    begin(&ctx, &PENDING, hook::MODIFY_QP, &call);
+    begin(&ctx, &PENDING, hook::MODIFY_QP, |call, pid_tgid| {
+        *call = QpCall::new(EventKind::QpModify, pid_tgid, qp, attr, attr_mask);
+    });
     0
 }
 
@@ -262,13 +265,16 @@ pub fn qp_destroy(ctx: ProbeContext) -> u32 {
     let Some(offsets) = offsets() else { return 0 };
     let qp: u64 = ctx.arg(0).unwrap_or(0);
     let (qp_num, qp_type) = read_qp_num_and_type(qp, &offsets);
-    let call = QpCall::new(
-        EventKind::QpDestroy,
-        read_ptr(qp, offsets.ib_qp_device),
-        qp_type as u64,
-        qp_num,
-    );
-    begin(&ctx, &PENDING, hook::DESTROY_QP, &call);
+    let device = read_ptr(qp, offsets.ib_qp_device);
+    begin(&ctx, &PENDING, hook::DESTROY_QP, |call, pid_tgid| {
+        *call = QpCall::new(
+            EventKind::QpDestroy,
+            pid_tgid,
+            device,
+            qp_type as u64,
+            qp_num,
+        );
+    });
     0
 }
 
