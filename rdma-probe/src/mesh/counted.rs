@@ -122,9 +122,7 @@ impl Recorder {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Record>, Error> {
-        self.record
-            .lock()
-            .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))
+        self.record.lock().map_err(poisoned)
     }
 
     /// Waits until `count` probes are answered, lost or failed to send, the
@@ -148,7 +146,7 @@ impl Recorder {
             record = self
                 .changed
                 .wait_timeout(record, (give_up - now).min(Duration::from_millis(200)))
-                .map_err(|_| Error::InvalidConfig("probe recorder poisoned".into()))?
+                .map_err(poisoned)?
                 .0;
         }
     }
@@ -234,6 +232,11 @@ pub fn probe_counted(probe: &CountedProbe) -> Result<CountedSummary, Error> {
         responder_delay: LatencySummary::from_samples(&record.delays),
         error: record.error,
     })
+}
+
+/// A thread panicked while it held the record.
+fn poisoned<T>(_: T) -> Error {
+    Error::InvalidConfig("probe recorder poisoned".into())
 }
 
 #[cfg(test)]
