@@ -66,16 +66,23 @@ parts() {
   resp=$(hist_quantile_windows 0.5 "$1" qpwatch_mesh_responder_delay_seconds "${@:2}" | cut -d' ' -f1)
   echo "$rtt $net $resp"
 }
+# rises BEFORE AFTER: two "rtt network responder" triples, AFTER's minus
+# BEFORE's, on stdout
+rises() {
+  awk -v before="$1" -v after="$2" \
+    'BEGIN { split(before, a, " "); split(after, b, " "); printf "%.6f %.6f %.6f", b[1] - a[1], b[2] - a[2], b[3] - a[3] }'
+}
 # delay_rises TARGET: TARGET's parts without and with the delay (MESH_BASE,
 # MESH_DELAY) as figures; their rises "rtt network responder" on stdout
 delay_rises() {
-  local rtt net resp rtt_d net_d resp_d rise_rtt rise_net rise_resp
-  read -r rtt net resp <<<"$(parts "$1" "${MESH_BASE[@]}")"
-  read -r rtt_d net_d resp_d <<<"$(parts "$1" "${MESH_DELAY[@]}")"
-  read -r rise_rtt rise_net rise_resp <<<"$(awk -v a="$rtt" -v b="$rtt_d" -v c="$net" -v d="$net_d" -v e="$resp" -v f="$resp_d" \
-    'BEGIN { printf "%.6f %.6f %.6f", b - a, d - c, f - e }')"
+  local base delayed rtt net resp rise_rtt rise_net rise_resp
+  base=$(parts "$1" "${MESH_BASE[@]}")
+  delayed=$(parts "$1" "${MESH_DELAY[@]}")
+  read -r rise_rtt rise_net rise_resp <<<"$(rises "$base" "$delayed")"
+  read -r rtt net resp <<<"$base"
   figure "h1->$1 no delay: rtt $rtt network $net responder $resp (s, medians over $CYCLES windows of $CYCLE_WINDOW s)"
-  figure "h1->$1 netem delay 2ms toward h3: rtt $rtt_d network $net_d responder $resp_d"
+  read -r rtt net resp <<<"$delayed"
+  figure "h1->$1 netem delay 2ms toward h3: rtt $rtt network $net responder $resp"
   figure "h1->$1 rises: rtt $rise_rtt network $rise_net responder $rise_resp"
   echo "$rise_rtt $rise_net $rise_resp"
 }
@@ -123,7 +130,8 @@ if [ "$HOST_INDEX" = 1 ]; then
   b0=$(scrape base0)
   sleep "$WINDOW"
   b1=$(scrape base1)
-  read -r rtt3_b net3_b resp3_b <<<"$(parts "$h3" "$b0" "$b1")"
+  normal=$(parts "$h3" "$b0" "$b1")
+  read -r rtt3_b net3_b resp3_b <<<"$normal"
   figure "normal h1->h3: rtt $rtt3_b network $net3_b responder $resp3_b (s, medians over ${WINDOW} s)"
   fleet_switch netem 2 delay 2ms >&2
   network_on=$SECONDS
@@ -149,14 +157,14 @@ if [ "$HOST_INDEX" = 1 ]; then
   s0=$(scrape starve0)
   sleep "$WINDOW"
   s1=$(scrape starve1)
-  read -r rtt3_s net3_s resp3_s <<<"$(parts "$h3" "$s0" "$s1")"
+  starved=$(parts "$h3" "$s0" "$s1")
+  read -r rtt3_s net3_s resp3_s <<<"$starved"
   clamped=$(($(mesh_count "$s1" qpwatch_mesh_responder_delay_clamped_total "$h3") - $(mesh_count "$s0" qpwatch_mesh_responder_delay_clamped_total "$h3")))
   answered=$(($(mesh_count "$s1" qpwatch_mesh_probes_answered_total "$h3") - $(mesh_count "$s0" qpwatch_mesh_probes_answered_total "$h3")))
   lost=$(($(mesh_count "$s1" qpwatch_mesh_probes_lost_total "$h3") - $(mesh_count "$s0" qpwatch_mesh_probes_lost_total "$h3")))
   figure "h3 starved: $answered answers from h3 ($clamped with the responder delay clamped to the RTT), $lost lost"
   figure "h3 starved, h1->h3: rtt $rtt3_s network $net3_s responder $resp3_s"
-  read -r rise_rtt rise_net rise_resp <<<"$(awk -v a="$rtt3_b" -v b="$rtt3_s" -v c="$net3_b" -v d="$net3_s" -v e="$resp3_b" -v f="$resp3_s" \
-    'BEGIN { printf "%.6f %.6f %.6f", b - a, d - c, f - e }')"
+  read -r rise_rtt rise_net rise_resp <<<"$(rises "$normal" "$starved")"
   figure "h3 starved, h1->h3 rises: rtt $rise_rtt network $rise_net responder $rise_resp"
   awk -v p="$rise_resp" -v n="$rise_net" 'BEGIN { if (n < 0) n = -n; exit !(p >= 0.001 && p > n) }' ||
     fail "h1 -> h3: responder delay rose by $rise_resp s, network RTT moved by $rise_net s"
