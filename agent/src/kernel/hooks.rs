@@ -656,6 +656,8 @@ pub struct Instance {
     attached: HashMap<String, AttachedHook>,
     /// Kernel program id → hook label, for BPF run-time statistics.
     pub program_ids: HashMap<u32, String>,
+    /// Instructions the verifier walked through, over the loaded programs.
+    verified_instructions: u64,
 }
 
 struct AttachedHook {
@@ -689,6 +691,7 @@ impl Instance {
             loaded: HashSet::new(),
             attached: HashMap::new(),
             program_ids: HashMap::new(),
+            verified_instructions: 0,
         })
     }
 
@@ -732,13 +735,11 @@ impl Instance {
                 crate::model::events::clock_ns(libc::CLOCK_MONOTONIC) as u64,
             );
         }
-        if let Some(id) = self
-            .ebpf
-            .program(hook.program)
-            .and_then(|p| p.info().ok())
-            .map(|info| info.id())
-        {
-            self.program_ids.insert(id, label.clone());
+        if let Some(info) = self.ebpf.program(hook.program).and_then(|p| p.info().ok()) {
+            if self.program_ids.insert(info.id(), label.clone()).is_none() {
+                self.verified_instructions +=
+                    u64::from(info.verified_instruction_count().unwrap_or(0));
+            }
         }
         self.attached.insert(
             label,
@@ -986,7 +987,12 @@ pub fn attach_instance(
         }
     }
     if by_reason.is_empty() && instance.attached_count() > attached_before {
-        info!(instance = instance.kind.name(), attached, "hooks attached");
+        info!(
+            instance = instance.kind.name(),
+            attached,
+            verified_instructions = instance.verified_instructions,
+            "hooks attached"
+        );
     }
     for (reason, hooks) in by_reason {
         warn!(
