@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs inside the VM (started by tests/vm/run): brings up soft-RoCE on a dummy
 # netdev with no outside network, then runs each scenario in its own shell,
-# recording "name<TAB>status<TAB>seconds" in $RESULTS.
+# recording "name<TAB>status<TAB>seconds" in $RESULTS. GUEST_TAG (set by
+# tests/vm/run when it boots several guests) names this guest's files:
+# results.TAG.tsv and setup.TAG.log instead of results.tsv and setup.log.
 set -uo pipefail
 OUT_ROOT=$1
 shift
@@ -10,7 +12,8 @@ export REPO
 # shellcheck source=tests/vm/lib/runner.sh
 source "$REPO/tests/vm/lib/runner.sh"
 export BIN=${BIN:-$REPO/target/release}
-RESULTS=$OUT_ROOT/results.tsv
+RESULTS=$OUT_ROOT/results${GUEST_TAG:+.$GUEST_TAG}.tsv
+SETUP_LOG=$OUT_ROOT/setup${GUEST_TAG:+.$GUEST_TAG}.log
 : >"$RESULTS"
 
 setup_rxe() {
@@ -33,8 +36,8 @@ setup_rxe() {
 }
 
 echo "guest: kernel $(uname -r), $(nproc) cpus, clock $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-if ! setup_rxe >"$OUT_ROOT/setup.log" 2>&1; then
-  cat "$OUT_ROOT/setup.log"
+if ! setup_rxe >"$SETUP_LOG" 2>&1; then
+  cat "$SETUP_LOG"
   printf 'setup\tFAIL\t0\n' >>"$RESULTS"
   exit 1
 fi
