@@ -178,7 +178,7 @@ pub(super) fn check_log_level(level: &str) -> Result<(), String> {
     if !directives_ok {
         return Err(bad());
     }
-    tracing_subscriber::EnvFilter::try_new(level)
+    crate::service::logging::filter(level)
         .map(|_| ())
         .map_err(|_| bad())
 }
@@ -186,6 +186,23 @@ pub(super) fn check_log_level(level: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_levels_are_levels_or_target_directives() {
+        for good in [
+            "info",
+            "DEBUG",
+            "off",
+            "qpwatch=debug",
+            "qpwatch=debug, warn",
+        ] {
+            assert_eq!(check_log_level(good), Ok(()), "{good}");
+            crate::service::logging::filter(good).unwrap();
+        }
+        for bad in ["loud", "qpwatch", "qpwatch=loud", "=info"] {
+            assert!(check_log_level(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn target_addresses_default_the_port() {
