@@ -34,7 +34,7 @@ fn main() {
     let linker = env::var("QPWATCH_BPF_LINKER").unwrap_or_else(|_| "bpf-linker".to_owned());
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets it");
-    let target_dir = out_dir.join("ebpf-target");
+    let target_dir = ebpf_target_dir(&out_dir);
 
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&ebpf_dir)
@@ -95,6 +95,21 @@ fn main() {
     let object = target_dir.join("bpfel-unknown-none/release/qpwatch");
     std::fs::copy(&object, out_dir.join("qpwatch-ebpf"))
         .unwrap_or_else(|e| panic!("copying {}: {e}", object.display()));
+}
+
+/// Where the eBPF crate builds: `ebpf/` in the outer build's target directory
+/// (OUT_DIR is TARGET/PROFILE/build/PACKAGE-HASH/out), shared by every
+/// profile, so that `cargo clippy` and `cargo build --release` build it once
+/// between them; the nested cargo locks it. OUT_DIR itself if it has another
+/// shape.
+fn ebpf_target_dir(out_dir: &std::path::Path) -> PathBuf {
+    let mut up = out_dir.ancestors();
+    match (up.nth(2), up.nth(1)) {
+        (Some(build), Some(target)) if build.file_name() == Some("build".as_ref()) => {
+            target.join("ebpf")
+        }
+        _ => out_dir.join("ebpf-target"),
+    }
 }
 
 /// Sets `QPWATCH_GIT_REVISION` (12 hex digits, or `unknown` outside a git
