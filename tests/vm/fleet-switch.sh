@@ -24,7 +24,7 @@ touch "$OUT_ROOT/up.switch"
 echo "fleet switch: forwarding after $(cut -d' ' -f1 /proc/uptime) s of uptime"
 # link faults on the hosts' requests (fleet_switch in tests/vm/lib/fleet.sh)
 # shellcheck disable=SC2016 # expanded by the inner shell
-OUT=$OUT_ROOT bash -c 'set -uo pipefail; source "$REPO/tests/vm/lib.sh"; fleet_switch_serve "$1"' _ "$OUT_ROOT" >>"$LOG" 2>&1
+OUT=$OUT_ROOT bash -c 'set -uo pipefail; source "$REPO/tests/vm/lib.sh"; fleet_switch_serve "$1" "$2"' _ "$OUT_ROOT" "$PORTS" >>"$LOG" 2>&1
 {
   echo "--- bridge forwarding database"
   bridge fdb show br br0 dynamic
