@@ -3,7 +3,9 @@
 # netdev with no outside network, then runs each scenario in its own shell,
 # recording "name<TAB>status<TAB>seconds" in $RESULTS. GUEST_TAG (set by
 # tests/vm/run when it boots several guests) names this guest's files:
-# results.TAG.tsv and setup.TAG.log instead of results.tsv and setup.log.
+# results.TAG.tsv and setup.TAG.log instead of results.tsv and setup.log;
+# GUEST_QUEUE (a directory all the guests share) makes the scenarios a
+# queue: this guest runs the ones it claims first.
 set -uo pipefail
 OUT_ROOT=$1
 shift
@@ -44,6 +46,10 @@ fi
 guest_debug_setup
 
 for scenario in "$@"; do
+  # a claim is a directory: the host's mkdir lets one guest create it
+  if [ -n "${GUEST_QUEUE:-}" ] && ! mkdir "$GUEST_QUEUE/${scenario//\//-}" 2>/dev/null; then
+    continue
+  fi
   # "name" is tests/vm/scenarios/name.sh; "dir/name" is tests/vm/dir/name.sh
   case $scenario in
     */*) script=$REPO/tests/vm/$scenario.sh ;;
