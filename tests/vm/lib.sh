@@ -177,7 +177,9 @@ wait_agent_ready() {
 
 # agent_ready_poll: the agent answers GET /readyz with a 2xx. Over plain
 # HTTP it asks through bash's /dev/tcp, without a fork: a curl every 0.1 s
-# took CPU the starting agent needed (bench/agent_start); with TLS, curl.
+# took CPU the starting agent needed (bench/agent_start); with TLS, or
+# AGENT_READY_POLL=curl (a scenario whose agent_get enters a namespace),
+# through agent_get.
 agent_ready_poll() {
   local status fd
   [ -z "${AGENT_CACERT:-}" ] && [ "${AGENT_READY_POLL:-builtin}" = builtin ] || { agent_get /readyz; return; }
