@@ -5,7 +5,7 @@
 # $FLEET_OUT/figures.txt.
 # vm-timeout: 600
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts (and the switch)"
-N=${SWITCH_REQUESTS:-12}
+N=12
 if [ "$HOST_INDEX" = 1 ]; then
   times=()
   for ((i = 0; i < N; i++)); do
