@@ -136,15 +136,15 @@ fleet_switch() {
   log "switch: $* (answered in $((SECONDS - start)) s)"
 }
 
-# fleet_switch_port N: the switch's NIC toward host N (FLEET_PORT_OF[N] once
-# fleet_switch_serve has looked them up).
-declare -A FLEET_PORT_OF=()
+# fleet_switch_port N: the switch's NIC toward host N, looked up.
 fleet_switch_port() {
-  local nic=${FLEET_PORT_OF[$1]:-}
-  [ -n "$nic" ] || nic=$(fleet_nic_by_mac "$(fleet_switch_mac "$1")")
+  local nic
+  nic=$(fleet_nic_by_mac "$(fleet_switch_mac "$1")")
   [ -n "$nic" ] || { echo "no switch port toward host $1" >&2; return 1; }
   echo "$nic"
 }
+# FLEET_PORT_OF[N]: fleet_switch_port N, looked up once by fleet_switch_serve
+declare -A FLEET_PORT_OF=()
 
 # fleet_switch_do ACTION HOST [ARGS...]: one request, in the switch guest.
 fleet_switch_do() {
