@@ -133,7 +133,7 @@ ping_median() {
 mesh_window_mark() { echo "$1 $EPOCHREALTIME" >>"$OUT/windows.txt"; }
 # alert_state NAME CAUSE TARGET: pending, firing or nothing
 alert_state() {
-  curl -fsS "http://$PROM/api/v1/alerts" 2>/dev/null | jq -r --arg n "$1" --arg c "$2" --arg t "$3" \
+  http_get "$PROM" /api/v1/alerts - 2>/dev/null | jq -r --arg n "$1" --arg c "$2" --arg t "$3" \
     '[.data.alerts[] | select(.labels.alertname == $n and .labels.cause == $c and .labels.target == $t and .labels.instance == "'"$AGENT_ADDR"'") | .state] | first // ""'
 }
 firing() { [ "$(alert_state QpwatchMeshPathSlow "$1" "$2")" = firing ]; }
