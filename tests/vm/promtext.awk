@@ -13,8 +13,10 @@ BEGIN {
     body = substr(sel, brace + 1, length(sel) - brace - 1)
     nwant = split(body, want, /,/)
   }
-  total = 0; count = 0
+  total = 0; count = 0; name_len = length(name)
 }
+# a line of another metric: skipped before any field is split
+substr($0, 1, name_len) != name { next }
 /^#/ || NF == 0 { next }
 {
   line = $0
