@@ -13,7 +13,7 @@
 #   its SIDR request are refused and counted; the legitimate source probes on.
 STRANGER=198.18.0.5
 PER_SOURCE=3
-IDLE=40 # longer than the steps below take under TCG with the connections held
+IDLE=25 # longer than the steps below take under TCG with the connections held (8 s alone in a guest)
 RATE=20
 ip addr add "$STRANGER/24" dev qpw0
 on_exit "ip addr del $STRANGER/24 dev qpw0"
@@ -49,7 +49,7 @@ done
 holders=()
 for i in $(seq 1 $PER_SOURCE); do
   "$BIN/rdma-probe" probe --target "$RXE_ADDR:9723" --source "$STRANGER" --persistent --probes 2 --count 1 \
-    --probe-interval-ms $(((IDLE + 20) * 1000)) --timeout-ms 5000 --json >"$OUT/hold-$i.json" 2>"$OUT/hold-$i.log" &
+    --probe-interval-ms $(((IDLE + 10) * 1000)) --timeout-ms 5000 --json >"$OUT/hold-$i.json" 2>"$OUT/hold-$i.log" &
   holders+=($!)
 done
 wait_for_metric qpwatch_responder_active_connections $PER_SOURCE 60 ||
