@@ -280,14 +280,33 @@ PROM_ANSWER=
 # bring new samples (every 1 s, it took about 3/4 of h1's vCPU in
 # mesh_breakdown); returns at once (it is slow to start under emulation: wait
 # for up == 1 with expect_prom).
+# PROM_SHORT_FOR="ALERT...": those alerts' `for:` is PROM_SHORT_FOR_DURATION
+# (10s) instead of the shipped one (fleet_rules).
 start_prometheus() {
+  fleet_rules >"$OUT/rules.yml"
   {
     printf 'global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 2s\n'
-    printf 'rule_files:\n  - %s\n' "$REPO/dashboards/rules.yml"
+    printf 'rule_files:\n  - %s\n' "$OUT/rules.yml"
     printf 'scrape_configs:\n  - job_name: qpwatch\n    static_configs:\n      - targets: [%s]\n' \
       "$(fleet_agent_targets | sed 's/.*/"&"/' | paste -sd, -)"
   } >"$OUT/prometheus.yml"
   run_prometheus
+}
+
+# fleet_rules: dashboards/rules.yml, with the `for:` of each alert named in
+# $PROM_SHORT_FOR set to $PROM_SHORT_FOR_DURATION (10s). A scenario then sees
+# the rule's expression fire on the bed's traffic without waiting out the
+# shipped duration (1m); the durations themselves are held by promtool's
+# tests on synthetic series (tests/dashboards/*rules_test.yml, run by
+# tests/host/dashboards.sh). An alert named but not found, or found without
+# a `for:`, fails the scenario.
+fleet_rules() {
+  awk -v names=" ${PROM_SHORT_FOR:-} " -v duration="${PROM_SHORT_FOR_DURATION:-10s}" '
+    /^ *- (alert|record):/ { name = $2 == "alert:" && index(names, " " $3 " ") > 0 ? $3 : "" }
+    name != "" && /^ *for: / { sub(/for: .*/, "for: " duration); shortened[name] = 1; name = "" }
+    { print }
+    END { n = split(names, want, " "); for (i = 1; i <= n; i++) if (!(want[i] in shortened)) exit 1 }
+  ' "$REPO/dashboards/rules.yml" || fail "fleet_rules: not every alert of \"$PROM_SHORT_FOR\" has a for: in dashboards/rules.yml"
 }
 
 # prom_by_instance EXPR: "instance=value ..." (sorted) of the query's result.

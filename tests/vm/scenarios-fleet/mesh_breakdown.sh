@@ -10,7 +10,8 @@
 #               overlapped with the hosts' waits for a CPU: a run's base
 #               median 7.5 ms, the rise 1.48 ms where perftest's t_min rose
 #               by 2.43)
-#   h1          Prometheus with dashboards/rules.yml
+#   h1          Prometheus with dashboards/rules.yml, QpwatchMeshPathSlow's
+#               for: shortened to 10s (fleet_rules)
 #   network     a netem qdisc on the switch's port toward h3, first with no
 #               delay; then CYCLES cycles of a WINDOW s with no delay and a
 #               WINDOW s with 2 ms (the same qdisc changed in place: nothing
@@ -48,9 +49,8 @@
 #               holds the cycles, which only raise its normal network RTT)
 #   alerts      netem delay 2ms toward h2, on to the end:
 #               QpwatchMeshPathSlow{cause="network"} fires for h1 -> h2 and
-#               cause="host" does not (the host phase runs while this
-#               alert's 1m goes by: h1 -> h2 and h1 -> h3 cross different
-#               switch ports)
+#               cause="host" does not (the host phase runs meanwhile:
+#               h1 -> h2 and h1 -> h3 cross different switch ports)
 #   host        on h3 a SCHED_FIFO hog spins 15 ms of every 20 ms: the
 #               agent's threads wait on the run queue 75% of the time (a
 #               cgroup cpu.max throttle was tried first: it also holds the
@@ -74,7 +74,7 @@ NORMAL=90
 if [ "$HOST_INDEX" = 1 ]; then start_mesh_agent; else start_mesh_agent --answer-only; fi
 mesh_wait_answering 120
 if [ "$HOST_INDEX" = 1 ]; then
-  start_prometheus
+  PROM_SHORT_FOR=QpwatchMeshPathSlow start_prometheus
   expect_prom "Prometheus scrapes every agent" 'up{job="qpwatch"}' \
     "$(fleet_agent_targets | sed 's/$/=1/' | sort | paste -sd' ')" 180
 fi

@@ -24,15 +24,16 @@
 #   h2          its probes' answers cross the lossy port: loss to h1 and to
 #               h3 5% +- 2% too
 #   h1          Prometheus: QpwatchMeshPathLoss fires for (instance h1,
-#               target h2), within 75 s after the loss ends (for: 1m over
-#               a 1m window: about 65 s after the loss began), and not for
+#               target h2), within 75 s after the loss ends (its for: and
+#               QpwatchMeshHostBad's shortened to 10s, fleet_rules: both
+#               fire while the loss is on), and not for
 #               h1 -> h3; every path to and from h2 is lossy, so the voting
 #               rules blame the host: QpwatchMeshHostBad{host=h2} fires and
 #               QpwatchMeshLinkBad does not (mesh_attribution: a link)
 # vm-timeout: 900
 [ "$FLEET_HOSTS" -ge 3 ] || fail "needs three hosts"
 h1=$(fleet_host_addr 1) h2=$(fleet_host_addr 2) h3=$(fleet_host_addr 3)
-if [ "$HOST_INDEX" = 1 ]; then start_prometheus; fi
+if [ "$HOST_INDEX" = 1 ]; then PROM_SHORT_FOR="QpwatchMeshPathLoss QpwatchMeshHostBad" start_prometheus; fi
 MESH_INTERVAL=0.025 start_mesh_agent
 mesh_wait_answering 120
 if [ "$HOST_INDEX" = 1 ]; then
