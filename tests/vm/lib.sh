@@ -125,12 +125,18 @@ launch_agent() {
   AGENT_PID=$!
 }
 
-# agent_get PATH: the agent answers GET PATH (/readyz, /healthz) with a 2xx.
-# With AGENT_CACERT set (a scenario that serves TLS), agent_get and scrape
-# speak https and trust that CA.
+# agent_get PATH: the agent answers GET PATH (/readyz, /healthz) with a 2xx,
+# over plain HTTP through http_open (no fork), its body not read. With
+# AGENT_CACERT set (a scenario that serves TLS), agent_get and scrape speak
+# https through curl and trust that CA.
 agent_url() { if [ -n "${AGENT_CACERT:-}" ]; then echo "https://$AGENT_ADDR$1"; else echo "http://$AGENT_ADDR$1"; fi; }
 agent_curl() { curl ${AGENT_CACERT:+--cacert "$AGENT_CACERT"} "$@"; }
-agent_get() { agent_curl -fsS -o /dev/null "$(agent_url "$1")" 2>/dev/null; }
+agent_get() {
+  [ -z "${AGENT_CACERT:-}" ] || { agent_curl -fsS -o /dev/null "$(agent_url "$1")" 2>/dev/null; return; }
+  http_open "$AGENT_ADDR" "$1" || return 1
+  exec {HTTP_FD}>&-
+  [[ $HTTP_STATUS == "HTTP/1."[01]" 2"* ]]
+}
 
 # make_test_certs DIR: a throwaway CA (DIR/ca.crt) and a server certificate
 # for 127.0.0.1 and $RXE_ADDR signed by it (DIR/agent.crt, DIR/agent.key),
@@ -175,46 +181,51 @@ wait_agent_ready() {
   fail "agent not ready after ${1:-60} s"
 }
 
-# agent_ready_poll: the agent answers GET /readyz with a 2xx. Over plain
-# HTTP it asks through bash's /dev/tcp, without a fork: a curl every 0.1 s
-# took CPU the starting agent needed (bench/agent_start); with TLS, or
-# AGENT_READY_POLL=curl (a scenario whose agent_get enters a namespace),
-# through agent_get.
+# agent_ready_poll: the agent answers GET /readyz with a 2xx, through
+# agent_get (no fork over plain HTTP: a curl every 0.1 s took CPU the
+# starting agent needed, bench/agent_start; a scenario whose agent runs
+# elsewhere overrides agent_get). AGENT_READY_POLL=curl: through curl, for
+# that benchmark's comparison.
 agent_ready_poll() {
-  local status fd
-  [ -z "${AGENT_CACERT:-}" ] && [ "${AGENT_READY_POLL:-builtin}" = builtin ] || { agent_get /readyz; return; }
-  { exec {fd}<>"/dev/tcp/${AGENT_ADDR%:*}/${AGENT_ADDR##*:}"; } 2>/dev/null || return 1
-  printf 'GET /readyz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$AGENT_ADDR" >&"$fd"
-  status=
-  read -r -t 5 -u "$fd" status || true
-  exec {fd}>&-
-  [[ $status == "HTTP/1."[01]" 2"* ]]
+  if [ "${AGENT_READY_POLL:-}" = curl ]; then
+    agent_curl -fsS -o /dev/null "$(agent_url /readyz)" 2>/dev/null
+  else
+    HTTP_TIMEOUT=5 agent_get /readyz
+  fi
 }
 
-# http_get HOST:PORT PATH FILE: GET http://HOST:PORT/PATH through bash's
-# /dev/tcp, its body into FILE (- for stdout); fails unless the answer is a
-# 200. HTTP/1.0:
-# never a chunked body; the body is Content-Length bytes (head -c: no wait
-# for the server to close), or everything to the close where there is none.
-# Headers and the status line within 10 s each.
-http_get() {
-  local fd status line length=
-  { exec {fd}<>"/dev/tcp/${1%:*}/${1##*:}"; } 2>/dev/null || return 1
-  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$2" "$1" >&"$fd"
-  IFS= read -r -t 10 -u "$fd" status || { exec {fd}>&-; return 1; }
-  while IFS= read -r -t 10 -u "$fd" line; do
+# http_open HOST:PORT PATH: sends GET http://HOST:PORT/PATH through bash's
+# /dev/tcp (HTTP/1.0: never a chunked body) and reads the answer's status
+# line (HTTP_STATUS) and headers (Content-Length in HTTP_LENGTH, empty if
+# none), each within HTTP_TIMEOUT s (10); the body is left on HTTP_FD, which
+# the caller closes. Fails, with nothing open, if there is no answer.
+http_open() {
+  local line
+  HTTP_STATUS= HTTP_LENGTH=
+  { exec {HTTP_FD}<>"/dev/tcp/${1%:*}/${1##*:}"; } 2>/dev/null || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$2" "$1" >&"$HTTP_FD"
+  IFS= read -r -t "${HTTP_TIMEOUT:-10}" -u "$HTTP_FD" HTTP_STATUS || { exec {HTTP_FD}>&-; return 1; }
+  while IFS= read -r -t "${HTTP_TIMEOUT:-10}" -u "$HTTP_FD" line; do
     line=${line%$'\r'}
     [ -n "$line" ] || break
     shopt -s nocasematch
-    [[ $line == content-length:* ]] && length=${line#*:} && length=${length// /}
+    [[ $line == content-length:* ]] && HTTP_LENGTH=${line#*:} && HTTP_LENGTH=${HTTP_LENGTH// /}
     shopt -u nocasematch
   done
+}
+
+# http_get HOST:PORT PATH FILE: http_open's body into FILE (- for stdout);
+# fails unless the answer is a 200. The body is Content-Length bytes (head
+# -c: no wait for the server to close), or everything to the close where
+# there is none.
+http_get() {
+  http_open "$1" "$2" || return 1
   # "-": the inherited stdout, not /dev/stdout reopened (empty in a guest)
   if [ "$3" = - ]; then
-    if [ -n "$length" ]; then head -c "$length" <&"$fd"; else cat <&"$fd"; fi
-  elif [ -n "$length" ]; then head -c "$length" <&"$fd" >"$3"; else cat <&"$fd" >"$3"; fi
-  exec {fd}>&-
-  [[ $status == "HTTP/1."[01]" 200"* ]]
+    if [ -n "$HTTP_LENGTH" ]; then head -c "$HTTP_LENGTH" <&"$HTTP_FD"; else cat <&"$HTTP_FD"; fi
+  elif [ -n "$HTTP_LENGTH" ]; then head -c "$HTTP_LENGTH" <&"$HTTP_FD" >"$3"; else cat <&"$HTTP_FD" >"$3"; fi
+  exec {HTTP_FD}>&-
+  [[ $HTTP_STATUS == "HTTP/1."[01]" 200"* ]]
 }
 
 start_agent() {

@@ -18,10 +18,9 @@ printf '#!/bin/sh\nexec ip netns exec %s %s/qpwatch "$@"\n' "$NS" "$BIN" >"$OUT/
 chmod +x "$OUT/ns-bin/qpwatch"
 in_ns() { ip netns exec "$NS" "$@"; }
 make_ns() { ip netns add "$NS" && in_ns ip link set lo up; }
-# the agent listens on the namespace's loopback: wait_agent_ready asks
-# through agent_get too, not through this shell's /dev/tcp
+# the agent listens on the namespace's loopback: agent_get (and with it
+# wait_agent_ready) asks from inside the namespace
 agent_get() { in_ns curl -fsS -o /dev/null "http://$AGENT_ADDR$1" 2>/dev/null; }
-AGENT_READY_POLL=curl
 scrape() {
   local file="$OUT/$1.prom"
   in_ns curl -fsS "http://$AGENT_ADDR/metrics" >"$file" || fail "scrape failed"
