@@ -55,18 +55,30 @@ stop_churn() {
 
 # start_bpftrace NAME SCRIPT [ARGS...]: bpftrace running SCRIPT (a path, or a
 # file name in bench/) in the background, its output in $OUT/bpftrace-NAME.out,
-# its PID in $BT_PID; returns once its kprobes are in place (every script here
-# hooks ib_create_qp_user).
+# its PID in $BT_PID; returns once every probe it announced ("Attaching N
+# probes...", printed before it attaches them) is attached, as bpftool sees
+# bpftrace's kprobe and kretprobe perf events. The kernel's kprobe list
+# cannot tell: the agent's kprobes are on the same functions.
 start_bpftrace() {
-  local name=$1 script=$2
+  local name=$1 script=$2 want
   shift 2
   [[ $script == */* ]] || script=$REPO/bench/$script
   BPFTRACE_MAP_KEYS_MAX=65536 bpftrace "$script" "$@" >"$OUT/bpftrace-$name.out" 2>&1 &
   BT_PID=$!
   wait_until 180 grep -q Attaching "$OUT/bpftrace-$name.out" || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace did not attach"; }
-  sleep 1
-  wait_until 60 grep -q 'ib_create_qp_user' /sys/kernel/debug/kprobes/list || fail "bpftrace's kprobes not registered"
+  want=$(sed -n 's/^Attaching \([0-9]*\) probes\{0,1\}\.\.\.$/\1/p' "$OUT/bpftrace-$name.out")
+  [ -n "$want" ] || { cat "$OUT/bpftrace-$name.out" >&2; fail "bpftrace: no probe count"; }
+  wait_until 120 bpftrace_attached "$want" || fail "bpftrace attached $(bpftrace_probes) of the $want probes it announced"
+  log "bpftrace $name: $want probes attached"
 }
+
+# bpftrace_probes: how many kprobes and kretprobes bpftrace ($BT_PID) has
+# attached (its perf events with a program; its output buffers are perf
+# events too, without one).
+bpftrace_probes() { bpftool -j perf list | jq --argjson pid "$BT_PID" '[.[] | select(.pid == $pid)] | length'; }
+
+# bpftrace_attached N: bpftrace has N probes attached (a condition for wait_until).
+bpftrace_attached() { [ "$(bpftrace_probes)" -ge "$1" ]; }
 
 # stop_bpftrace NAME: SIGTERM, so that bpftrace prints its maps (not SIGINT: a
 # background job of a non-interactive shell starts with SIGINT ignored);
