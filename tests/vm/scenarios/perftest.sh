@@ -5,7 +5,9 @@
 # write) counts the same runs' successful ib_create_qp_user returns and
 # ib_destroy_qp_user calls per command: the agent's counts must equal them
 # exactly, with 0 events lost, 0 untracked and the live-QP gauge back to its
-# baseline after every run.
+# baseline after every run. bpftrace also prints each QP it counts with its
+# process, and each run logs the agent's count and its server's pid: a
+# mismatch shows in which run.
 #
 # Under TCG a perftest client now and then gives up on a completion; such a
 # run is retried once (the failed run's QPs still count on both sides: the
@@ -18,9 +20,9 @@
 start_agent
 ref=$OUT/bpftrace-reference.out
 cat >"$OUT/reference.bt" <<'EOF'
-kretprobe:ib_create_qp_user /retval < 0xfffffffffffff000/ { @created[comm] = count(); }
+kretprobe:ib_create_qp_user /retval < 0xfffffffffffff000/ { @created[comm] = count(); printf("created %s pid %d\n", comm, pid); }
 kprobe:ib_destroy_qp_user { @destroy_calls[comm] = count(); }
-kretprobe:ib_destroy_qp_user /retval == 0/ { @destroyed[comm] = count(); }
+kretprobe:ib_destroy_qp_user /retval == 0/ { @destroyed[comm] = count(); printf("destroyed %s pid %d\n", comm, pid); }
 kprobe:rdma_listen { @listen_calls[comm] = count(); }
 EOF
 start_bpftrace reference "$OUT/reference.bt"
@@ -60,6 +62,7 @@ for t in $tests; do
     created=$(delta "$before" "$after" "qpwatch_qp_created_by_process_total{comm=\"$t\"}")
     destroyed=$(delta "$before" "$after" 'qpwatch_qp_destroyed_total{device="rxe0",qp_type="RC"}')
     [ "$created" -gt 0 ] || fail "$run: no QP creation counted"
+    log "$run: $created QPs created, attempt $attempt, server pid $server"
     assert_eq "$run: RC QPs destroyed = created" "$created" "$destroyed"
     assert_eq "$run: events lost" 0 "$(delta "$before" "$after" 'qpwatch_events_lost_total')"
     assert_eq "$run: untracked QP events" 0 "$(delta "$before" "$after" 'qpwatch_untracked_qp_events_total')"
