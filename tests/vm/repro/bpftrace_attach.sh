@@ -3,10 +3,11 @@
 # start_bpftrace returned before 2026-12-07. It waited for "Attaching N
 # probes..." (printed before bpftrace attaches them), a second, and then for
 # ib_create_qp_user in the kernel's kprobe list, where the agent's own kprobe
-# already is. perftest's reference script (4 probes) is started REPRO_N
-# times (5) beside the agent; each time the old wait returns, the probes
-# bpftrace has attached are counted (bpftool perf list), then the new
-# start_bpftrace runs on a fresh bpftrace and must see all of them.
+# already is. perftest's reference script (scenarios/perftest.bt, 4 probes)
+# is started REPRO_N times (5) beside the agent; each time the old wait
+# returns, the probes bpftrace has attached are counted (bpftool perf list),
+# then the new start_bpftrace runs on a fresh bpftrace and must see all of
+# them.
 # REPRO_HOG=1: a shell loop spins on the guest's CPU meanwhile, as a busy
 # guest's other work would.
 #   VM_CPUS=1 tests/vm/run repro/bpftrace_attach
@@ -15,15 +16,10 @@ if [ "${REPRO_HOG:-0}" = 1 ]; then
   bash -c 'while :; do :; done' &
   on_exit "kill $! 2>/dev/null"
 fi
-cat >"$OUT/reference.bt" <<'EOF'
-kretprobe:ib_create_qp_user /retval < 0xfffffffffffff000/ { @created[comm] = count(); }
-kprobe:ib_destroy_qp_user { @destroy_calls[comm] = count(); }
-kretprobe:ib_destroy_qp_user /retval == 0/ { @destroyed[comm] = count(); }
-kprobe:rdma_listen { @listen_calls[comm] = count(); }
-EOF
+reference=$REPO/tests/vm/scenarios/perftest.bt
 short=0
 for i in $(seq 1 "${REPRO_N:-5}"); do
-  bpftrace "$OUT/reference.bt" >"$OUT/old-$i.out" 2>&1 &
+  bpftrace "$reference" >"$OUT/old-$i.out" 2>&1 &
   BT_PID=$!
   wait_until 180 grep -q Attaching "$OUT/old-$i.out" || fail "bpftrace did not attach"
   sleep 1
@@ -32,7 +28,7 @@ for i in $(seq 1 "${REPRO_N:-5}"); do
   log "$i: the old wait returned with $n of 4 probes attached"
   [ "$n" -ge 4 ] || short=$((short + 1))
   stop_bpftrace "old-$i"
-  start_bpftrace "new-$i" "$OUT/reference.bt"
+  start_bpftrace "new-$i" "$reference"
   assert_eq "$i: probes attached when the new wait returned" 4 "$(bpftrace_probes)"
   stop_bpftrace "new-$i"
 done

@@ -1,9 +1,9 @@
 # perftest, a client we did not write, with the agent attached (default
 # flags): ib_send_lat, ib_write_lat, ib_read_lat and ib_send_bw over rxe0,
 # each with its QP information exchanged over TCP and over rdma_cm (-R),
-# server and client in the guest. A bpftrace script (another tool we did not
-# write) counts the same runs' successful ib_create_qp_user returns and
-# ib_destroy_qp_user calls per command: the agent's counts must equal them
+# server and client in the guest. A bpftrace script (perftest.bt; another
+# tool we did not write) counts the same runs' successful ib_create_qp_user
+# returns and ib_destroy_qp_user calls per command: the agent's counts must equal them
 # exactly, with 0 events lost, 0 untracked and the live-QP gauge back to its
 # baseline after every run. bpftrace also prints each QP it counts with its
 # process, and each run logs the agent's count and its server's pid: a
@@ -19,13 +19,7 @@
 # vm-timeout: 600
 start_agent
 ref=$OUT/bpftrace-reference.out
-cat >"$OUT/reference.bt" <<'EOF'
-kretprobe:ib_create_qp_user /retval < 0xfffffffffffff000/ { @created[comm] = count(); printf("created %s pid %d\n", comm, pid); }
-kprobe:ib_destroy_qp_user { @destroy_calls[comm] = count(); }
-kretprobe:ib_destroy_qp_user /retval == 0/ { @destroyed[comm] = count(); printf("destroyed %s pid %d\n", comm, pid); }
-kprobe:rdma_listen { @listen_calls[comm] = count(); }
-EOF
-start_bpftrace reference "$OUT/reference.bt"
+start_bpftrace reference "$REPO/tests/vm/scenarios/perftest.bt"
 
 base=$(scrape base)
 tests="ib_send_lat ib_write_lat ib_read_lat ib_send_bw"
