@@ -103,12 +103,11 @@ rises() {
   awk -v before="$1" -v after="$2" \
     'BEGIN { split(before, a, " "); split(after, b, " "); printf "%.6f %.6f %.6f", b[1] - a[1], b[2] - a[2], b[3] - a[3] }'
 }
-# delay_rises TARGET: TARGET's parts without and with the delay (MESH_BASE,
-# MESH_DELAY) as figures; "rise_rtt rise_network rise_responder base_rtt
-# delayed_rtt" on stdout
+# delay_rises TARGET BASE: TARGET's parts without the delay (BASE, its parts
+# over MESH_BASE) and with it (over MESH_DELAY) as figures; "rise_rtt
+# rise_network rise_responder base_rtt delayed_rtt" on stdout
 delay_rises() {
-  local base delayed rtt net resp rise_rtt rise_net rise_resp base_rtt
-  base=$(parts "$1" "${MESH_BASE[@]}")
+  local base=$2 delayed rtt net resp rise_rtt rise_net rise_resp base_rtt
   delayed=$(parts "$1" "${MESH_DELAY[@]}")
   read -r rise_rtt rise_net rise_resp <<<"$(rises "$base" "$delayed")"
   read -r rtt net resp <<<"$base"
@@ -194,8 +193,10 @@ case $HOST_INDEX in
       figure "cycle $((cycle + 1)) median rtt h1->h3 base $(rtt_median "$h3" "${w[@]}") delay $(rtt_median "$h3" "${x[@]}")" \
         "h1->h2 base $(rtt_median "$h2" "${w[@]}") delay $(rtt_median "$h2" "${x[@]}")"
     done
-    read -r rise2_rtt _ _ m2_base m2_delay <<<"$(delay_rises "$h2")"
-    read -r rise_rtt rise_net rise_resp _ _ <<<"$(delay_rises "$h3")"
+    read -r rise2_rtt _ _ m2_base m2_delay <<<"$(delay_rises "$h2" "$(parts "$h2" "${MESH_BASE[@]}")")"
+    # h1 -> h3 undelayed: also the starved host's baseline (below)
+    normal=$(parts "$h3" "${MESH_BASE[@]}")
+    read -r rise_rtt rise_net rise_resp _ _ <<<"$(delay_rises "$h3" "$normal")"
     figure "ping median rtt h1->h3 base $p_base ($np_base replies) delay $p_delay ($np_delay replies)"
     for pair in "${lat_pairs[@]}"; do
       read -r a b c d <<<"$pair"
@@ -226,7 +227,6 @@ case $HOST_INDEX in
     mesh_expect_no_loss "${MESH_BASE[0]}" "${MESH_DELAY[-1]}" "$h2" "$h3"
 
     [ $((SECONDS - answering)) -ge "$NORMAL" ] || sleep $((NORMAL - (SECONDS - answering)))
-    normal=$(parts "$h3" "${MESH_BASE[@]}")
     read -r rtt3_b net3_b resp3_b <<<"$normal"
     figure "normal h1->h3: rtt $rtt3_b network $net3_b responder $resp3_b (s, medians over the $CYCLES undelayed windows)"
     fleet_switch netem 2 delay 2ms >&2
