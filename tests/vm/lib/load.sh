@@ -80,14 +80,38 @@ bpftrace_probes() { bpftool -j perf list | jq --argjson pid "$BT_PID" '[.[] | se
 # bpftrace_attached N: bpftrace has N probes attached (a condition for wait_until).
 bpftrace_attached() { [ "$(bpftrace_probes)" -ge "$1" ]; }
 
+# bpftrace_stuck PID: where each of bpftrace's threads is, in the kernel and
+# (with gdb) in bpftrace.
+bpftrace_stuck() {
+  local task
+  grep -E '^(State|SigPnd|ShdPnd|SigBlk|SigCgt):' "/proc/$1/status"
+  for task in /proc/"$1"/task/*; do
+    echo "thread ${task##*/} ($(cat "$task/comm")), kernel stack:"
+    cat "$task/stack"
+  done
+  if command -v gdb >/dev/null; then
+    gdb -q -batch -p "$1" -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'
+  fi
+}
+
 # stop_bpftrace NAME: SIGTERM, so that bpftrace prints its maps (not SIGINT: a
-# background job of a non-interactive shell starts with SIGINT ignored);
-# SIGKILL if it has not exited 20 s later.
+# background job of a non-interactive shell starts with SIGINT ignored), again
+# each second: bpftrace 0.17's poll_perf_events() misses a SIGTERM that lands
+# outside epoll_wait() when no event follows it (repro/bpftrace_exit). Where
+# it is, and SIGKILL, if it has not exited after 20 s.
 stop_bpftrace() {
-  kill -TERM "$BT_PID"
-  (sleep 20 && kill -9 "$BT_PID" 2>/dev/null && echo "bpftrace: killed, no exit 20 s after SIGTERM" >>"$OUT/bpftrace-$1.out") &
+  kill -TERM "$BT_PID" 2>/dev/null || true # it may have exited already
+  (for _ in $(seq 1 20); do
+    sleep 1
+    kill -TERM "$BT_PID" 2>/dev/null || exit 0
+  done
+  {
+    echo "bpftrace: no exit 20 s after SIGTERM, killed; it was here:"
+    bpftrace_stuck "$BT_PID"
+    kill -9 "$BT_PID"
+  } >>"$OUT/bpftrace-$1.out" 2>&1) &
   local watchdog=$!
-  wait "$BT_PID" || true
+  wait "$BT_PID" 2>/dev/null || true
   kill "$watchdog" 2>/dev/null || true
   BT_PID=
 }
