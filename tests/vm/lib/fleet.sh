@@ -314,6 +314,15 @@ prom_by_instance() {
   prom_query "$1" | jq -r '[.data.result[] | "\(.metric.instance)=\(.value[1])"] | sort | join(" ")'
 }
 
+# alerts NAME STATE FIELD [MATCHERS]: Prometheus's alerts NAME in STATE
+# (firing, pending, or "" for either), each shown as FIELD (jq over its
+# labels: .host, "\(.src)->\(.dst)", .alertstate), sorted and space-separated;
+# MATCHERS narrow them (instance="h1:9721").
+alerts() {
+  prom_query "ALERTS{alertname=\"$1\"${2:+,alertstate=\"$2\"}${4:+,$4}}" |
+    jq -r "[.data.result[].metric | $3] | sort | join(\" \")"
+}
+
 # prom_is EXPR EXPECTED: prom_by_instance EXPR equals EXPECTED (the answer is
 # left in $PROM_ANSWER), a condition for wait_until.
 prom_is() { PROM_ANSWER=$(prom_by_instance "$1") && [ "$PROM_ANSWER" = "$2" ]; }

@@ -27,25 +27,22 @@ if [ "$HOST_INDEX" = 1 ]; then
   start=$SECONDS
   # bad_links_are LIST: the paths QpwatchMeshLinkBad fires for (in $BAD_LINKS)
   bad_links_are() {
-    BAD_LINKS=$(prom_query 'ALERTS{alertname="QpwatchMeshLinkBad",alertstate="firing"}' |
-      jq -r '[.data.result[] | "\(.metric.src)->\(.metric.dst)"] | sort | join(" ")') && [ "$BAD_LINKS" = "$1" ]
+    BAD_LINKS=$(alerts QpwatchMeshLinkBad firing '"\(.src)->\(.dst)"') && [ "$BAD_LINKS" = "$1" ]
   }
-  # host_bad_alerts: the hosts of QpwatchMeshHostBad, pending or firing
-  host_bad_alerts() { prom_query 'ALERTS{alertname="QpwatchMeshHostBad"}' | jq -r '[.data.result[].metric.host] | join(" ")'; }
   want="$h1->$h2 $h2->$h1"
   WAIT_INTERVAL=2 wait_until 150 bad_links_are "$want" || true
   assert_eq "QpwatchMeshLinkBad firing for paths" "$want" "$BAD_LINKS"
   log "figure: QpwatchMeshLinkBad fired $((SECONDS - start)) s after the loss began"
   echo "link_bad_fired_after_s $((SECONDS - start))" >>"$FLEET_OUT/figures.txt"
   assert_eq "QpwatchMeshHostBad alerts (pending or firing)" "" \
-    "$(host_bad_alerts)"
+    "$(alerts QpwatchMeshHostBad "" .host)"
   # again once 40 s of loss are in the rules' 1m windows (it fires after
   # about 18 s): a path the fault leaks into at 1.5% is lossy by then
   while [ $((SECONDS - start)) -lt 40 ]; do sleep 1; done
   bad_links_are "$want" || true
   assert_eq "QpwatchMeshLinkBad firing for paths, $((SECONDS - start)) s into the loss" "$want" "$BAD_LINKS"
   assert_eq "QpwatchMeshHostBad alerts (pending or firing), $((SECONDS - start)) s into the loss" "" \
-    "$(host_bad_alerts)"
+    "$(alerts QpwatchMeshHostBad "" .host)"
   fleet_switch stats 2 >"$OUT/switch-stats.txt"
   fleet_switch clear 2 >&2
   sleep 2

@@ -135,10 +135,7 @@ ping_median() {
 }
 mesh_window_mark() { echo "$1 $EPOCHREALTIME" >>"$OUT/windows.txt"; }
 # alert_state NAME CAUSE TARGET: pending, firing or nothing
-alert_state() {
-  http_get "$PROM" /api/v1/alerts - 2>/dev/null | jq -r --arg n "$1" --arg c "$2" --arg t "$3" \
-    '[.data.alerts[] | select(.labels.alertname == $n and .labels.cause == $c and .labels.target == $t and .labels.instance == "'"$AGENT_ADDR"'") | .state] | first // ""'
-}
+alert_state() { alerts "$1" "" .alertstate "cause=\"$2\",target=\"$3\",instance=\"$AGENT_ADDR\""; }
 firing() { [ "$(alert_state QpwatchMeshPathSlow "$1" "$2")" = firing ]; }
 # expect_causes SINCE_NETWORK SINCE_HOST: within 4 min, cause="network" fires
 # for h1 -> h2 and cause="host" for h1 -> h3, each seen as it begins firing

@@ -93,11 +93,10 @@ case $HOST_INDEX in
 esac
 
 if [ "$HOST_INDEX" = 1 ]; then
-  firing='ALERTS{alertname="QpwatchMeshPathLoss",alertstate="firing",instance="'$h1:9721'"}'
   # alert_targets_are LIST: the targets h1's alert fires for (left in $ALERT_TARGETS)
-  alert_targets_are() { ALERT_TARGETS=$(prom_query "$firing" | jq -r '[.data.result[].metric.target] | sort | join(" ")') && [ "$ALERT_TARGETS" = "$1" ]; }
+  alert_targets_are() { ALERT_TARGETS=$(alerts QpwatchMeshPathLoss firing .target "instance=\"$h1:9721\"") && [ "$ALERT_TARGETS" = "$1" ]; }
   # bad_hosts_are LIST: the hosts QpwatchMeshHostBad fires for (in $BAD_HOSTS)
-  bad_hosts_are() { BAD_HOSTS=$(prom_query 'ALERTS{alertname="QpwatchMeshHostBad",alertstate="firing"}' | jq -r '[.data.result[].metric.host] | sort | join(" ")') && [ "$BAD_HOSTS" = "$1" ]; }
+  bad_hosts_are() { BAD_HOSTS=$(alerts QpwatchMeshHostBad firing .host) && [ "$BAD_HOSTS" = "$1" ]; }
   both() { alert_targets_are "$h2" && bad_hosts_are "$h2"; }
   WAIT_INTERVAL=2 wait_until 75 both || true
   assert_eq "h1: QpwatchMeshPathLoss firing for targets" "$h2" "$ALERT_TARGETS"
@@ -105,7 +104,7 @@ if [ "$HOST_INDEX" = 1 ]; then
   bad_hosts_are "$h2" || true
   assert_eq "QpwatchMeshHostBad firing for hosts" "$h2" "$BAD_HOSTS"
   assert_eq "QpwatchMeshLinkBad alerts (pending or firing)" "" \
-    "$(prom_query 'ALERTS{alertname="QpwatchMeshLinkBad"}' | jq -r '[.data.result[] | "\(.metric.src)->\(.metric.dst)"] | join(" ")')"
+    "$(alerts QpwatchMeshLinkBad "" '"\(.src)->\(.dst)"')"
 fi
 fleet_barrier checked
 stop_agent
