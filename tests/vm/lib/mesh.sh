@@ -19,8 +19,11 @@ MESH_HOOK_GROUPS=${MESH_HOOK_GROUPS:-'"qp"'}
 MESH_TARGETS=
 # RTT buckets for the mesh (they are [buckets] probe_rtt): 250 µs steps where
 # the emulated fleet's RTTs are (1 to 15 ms), so that a median is not
-# interpolated across a 2.5 ms wide bucket.
-MESH_RTT_BUCKETS="1e-4, 2.5e-4, 5e-4, 7.5e-4$(awk 'BEGIN { for (v = 1; v <= 15.001; v += 0.25) printf ", %ge-3", v }'), 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1"
+# interpolated across a 2.5 ms wide bucket, then 500 µs steps to 30 ms and
+# 1 ms steps to 50 ms, where a loaded CI machine put them (a run's medians
+# 13 to 36 ms, interpolated across buckets 5 and 10 ms wide) and a starved
+# host's answers come.
+MESH_RTT_BUCKETS="1e-4, 2.5e-4, 5e-4, 7.5e-4$(awk 'BEGIN { for (v = 1; v <= 15.001; v += 0.25) printf ", %ge-3", v; for (v = 15.5; v <= 30.001; v += 0.5) printf ", %ge-3", v; for (v = 31; v <= 50.001; v += 1) printf ", %ge-3", v }'), 0.1, 0.25, 0.5, 1"
 
 mesh_rack() { if [ "$1" -le 2 ]; then echo a; else echo b; fi; }
 mesh_tor() { echo "$(mesh_rack "$1")1"; }
