@@ -149,37 +149,41 @@ hist_quantile_windows() {
     }' "$@"
 }
 
-# mesh_delay_in_turn PORT CYCLES WINDOW: CYCLES cycles of a WINDOW s with no
-# delay on the switch's port toward host PORT and a WINDOW s with netem delay
-# 2ms (one qdisc, changed in place: nothing queued is dropped), each window
-# between two scrapes. The bed's load drifts over a minute by as much as the
-# delay (a CI run with one 30 s window each way saw h1 -> h2 move by 0.36 ms
-# with no fault on it, another saw a 2 ms delay raise a median by 0.72 ms);
-# windows taken in turn average the drift out. MESH_BASE and MESH_DELAY get
-# each window's two scrapes, in turn, for hist_quantile_windows. The delay is
-# on at the end (fleet_switch clear PORT removes the qdisc). If the scenario
-# defines mesh_window_mark PHASE, it is called as each window opens (base,
-# delay) and closes (end).
-mesh_delay_in_turn() {
-  local port=$1 cycles=$2 window=$3 cycle phase opened closed
-  MESH_BASE=() MESH_DELAY=()
-  fleet_switch netem "$port" delay 0ms >&2
-  sleep 1
+# mesh_in_turn NAME CYCLES WINDOW FAULT: CYCLES cycles of a WINDOW s without
+# a fault and a WINDOW s with it, each window between two scrapes (named
+# NAME-base1-0 ... NAME-fault1-1 ...); `FAULT off` and `FAULT on` switch it
+# and return once it is in force. The bed's load drifts over a minute by as
+# much as a fault (a CI run with one 30 s window each way saw h1 -> h2 move
+# by 0.36 ms with no fault on it, another saw a 2 ms delay raise a median by
+# 0.72 ms; on a loaded CI machine h1 -> h2, with no fault on it, had a
+# median of 11.9 ms in one 8 s window and 26.2 ms in the next); windows taken
+# in turn average the drift out.
+# MESH_BASE and MESH_FAULT get each window's two scrapes, in turn, for
+# hist_quantile_windows. The fault is on at the end. If the scenario defines
+# mesh_window_mark PHASE, it is called as each window opens (base, fault)
+# and closes (end).
+mesh_in_turn() {
+  local name=$1 cycles=$2 window=$3 fault=$4 cycle phase opened closed
+  MESH_BASE=() MESH_FAULT=()
   for ((cycle = 1; cycle <= cycles; cycle++)); do
-    for phase in base delay; do
-      if [ "$phase" = delay ]; then
-        fleet_switch netem "$port" delay 2ms >&2
-        sleep 1
-      fi
-      opened=$(scrape "$phase$cycle-0")
+    for phase in base fault; do
+      if [ "$phase" = base ]; then "$fault" off; else "$fault" on; fi
+      sleep 1
+      opened=$(scrape "$name-$phase$cycle-0")
       ! declare -F mesh_window_mark >/dev/null || mesh_window_mark "$phase"
       sleep "$window"
       ! declare -F mesh_window_mark >/dev/null || mesh_window_mark end
-      closed=$(scrape "$phase$cycle-1")
-      if [ "$phase" = base ]; then MESH_BASE+=("$opened" "$closed"); else MESH_DELAY+=("$opened" "$closed"); fi
+      closed=$(scrape "$name-$phase$cycle-1")
+      if [ "$phase" = base ]; then MESH_BASE+=("$opened" "$closed"); else MESH_FAULT+=("$opened" "$closed"); fi
     done
-    [ "$cycle" = "$cycles" ] || { fleet_switch netem "$port" delay 0ms >&2 && sleep 1; }
   done
+}
+
+# mesh_switch_delay PORT on|off: netem delay 2ms on the switch's port toward
+# host PORT, or none (one qdisc, changed in place: nothing queued is
+# dropped; fleet_switch clear PORT removes it). A FAULT for mesh_in_turn.
+mesh_switch_delay() {
+  if [ "$2" = on ]; then fleet_switch netem "$1" delay 2ms >&2; else fleet_switch netem "$1" delay 0ms >&2; fi
 }
 
 # agent_threads: the agent's thread count, without tokio's blocking pool
