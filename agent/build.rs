@@ -168,9 +168,38 @@ fn git_revision(manifest_dir: &std::path::Path) {
         "ebpf/src",
         "rdma-probe/src",
         "packaging",
-        "tests",
         "dashboards",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    for path in watched_tests(&root.join("tests")) {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+}
+
+/// What under `tests` can make the checkout dirty: everything but the VM
+/// runs' output (`tests/vm/out`, `tests/vm/explore`, both ignored by git),
+/// which every run writes to and which, watched, rebuilt the agent after
+/// each run. A file added directly in `tests/vm` is not seen until the
+/// next commit (which rewrites the index).
+fn watched_tests(tests: &std::path::Path) -> Vec<PathBuf> {
+    let entries = |dir: &std::path::Path| -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        paths.sort();
+        paths
+    };
+    let mut watched = Vec::new();
+    for path in entries(tests) {
+        if path.file_name().is_some_and(|name| name == "vm") {
+            watched.extend(entries(&path).into_iter().filter(|p| {
+                p.file_name()
+                    .is_some_and(|name| name != "out" && name != "explore")
+            }));
+        } else {
+            watched.push(path);
+        }
+    }
+    watched
 }
