@@ -8,10 +8,12 @@
 held=${REPRO_HOLD:-10000}
 start_churn hold --hold "$held" --lifecycles 0 --threads 2
 wait_phase hold held 900 || fail "qp-churn did not hold $held QPs"
+command -v bpftool >/dev/null || fail "no bpftool"
+bpf_programs() { bpftool prog show | grep -c '^[0-9]' || true; }
 yardstick() { local t0=$EPOCHREALTIME i; for ((i = 0; i < 100000; i++)); do :; done; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 for rep in $(seq 1 "${REPRO_N:-5}"); do
-  kprobes=$(wc -l </sys/kernel/debug/kprobes/list 2>/dev/null || echo "?")
-  progs=$(bpftool prog show 2>/dev/null | grep -c '^[0-9]' || true)
+  kprobes=$(wc -l </sys/kernel/debug/kprobes/list) || fail "no kprobes list in debugfs"
+  progs=$(bpf_programs)
   loop=$(yardstick)
   : >"$OUT/agent.log"
   t0=$SECONDS
@@ -22,6 +24,8 @@ for rep in $(seq 1 "${REPRO_N:-5}"); do
   mapfile -t m < <(curl -fsS -w '%{time_total}\n' $(for i in $(seq 0 21); do printf -- '-o /dev/null http://%s/metrics ' "$AGENT_ADDR"; done) | awk 'NR > 1 { printf "%.2f\n", $1 * 1000 }')
   med=$(printf '%s\n' "${m[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
   loop2=$(yardstick)
+  progs_running=$(bpf_programs)
+  kprobes_running=$(wc -l </sys/kernel/debug/kprobes/list)
   if [ "${REPRO_STRACE:-0}" = 1 ]; then
     strace -f -c -qq -o "$OUT/strace.txt" -p "$AGENT_PID" &
     s=$!
@@ -29,7 +33,7 @@ for rep in $(seq 1 "${REPRO_N:-5}"); do
     curl -fsS $(for i in $(seq 0 19); do printf -- '-o /dev/null http://%s/metrics ' "$AGENT_ADDR"; done)
     kill -INT "$s" && wait "$s" || true
   fi
-  log "rep $rep: /metrics median $med ms; ready in $ready s; 100k-iteration loop $loop ms before the agent, $loop2 ms with it; kprobes before $kprobes, BPF programs before $progs; agent RSS $(awk '/VmRSS/ { print $2 }' /proc/$AGENT_PID/status) KiB"
+  log "rep $rep: /metrics median $med ms; ready in $ready s; 100k-iteration loop $loop ms before the agent, $loop2 ms with it; kprobes before $kprobes (with the agent $kprobes_running), BPF programs before $progs (with the agent $progs_running); agent RSS $(awk '/VmRSS/ { print $2 }' /proc/$AGENT_PID/status) KiB"
   stop_agent
 done
 stop_churn
