@@ -307,6 +307,15 @@ scrape() {
   echo "$file"
 }
 
+# scrape_ms N [PATH]: N request times (ms) over one kept-alive connection, as
+# Prometheus scrapes; a first request that opens the connection is left out
+# (under TCG, curl's connect -- its resolver thread -- alone takes ~10 ms).
+scrape_ms() {
+  local i urls=()
+  for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
+  curl -fsS -w '%{num_connects} %{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $2 * 1000 }'
+}
+
 # scrape_fresh NAME: a scrape (its file on stdout) whose sysfs counters
 # (ib_cm's, the ports' and drivers') were read after the call: the agent
 # reads them on a timer, so this waits for two more reads (the first may have

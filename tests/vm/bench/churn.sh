@@ -109,14 +109,6 @@ AGENT_LIFECYCLES=0 B_LOST=0
 MODES=(a b c d e)
 declare -A P50 # P50[mode,op_index] = space-separated per-round p50s
 cpu_per_k=()
-# scrape_ms N [PATH]: N request times (ms) over one kept-alive connection, as
-# Prometheus scrapes; a first request that opens the connection is left out
-# (under TCG, curl's connect -- its resolver thread -- alone takes ~10 ms).
-scrape_ms() {
-  local i urls=()
-  for i in $(seq 0 "$1"); do urls+=(-o /dev/null "http://$AGENT_ADDR${2:-/metrics}"); done
-  curl -fsS -w '%{num_connects} %{time_total}\n' "${urls[@]}" | awk 'NR > 1 { printf "%.2f\n", $2 * 1000 }'
-}
 # per_syscall FILE N: an `strace -c` summary divided by N: "total (name n, ...)".
 per_syscall() {
   echo "$(awk -v n="$2" '$NF == "total" { printf "%.1f", $4 / n }' "$1") ($(awk -v n="$2" '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "%s %.1f, ", $NF, $4 / n }' "$1" | sed 's/, $//'))"

@@ -21,8 +21,8 @@ for rep in $(seq 1 "${REPRO_N:-5}"); do
   wait_for_metric_at_least qpwatch_qps "$held" 120 || fail "agent does not show $held live QPs"
   ready=$((SECONDS - t0))
   sleep 5
-  mapfile -t m < <(curl -fsS -w '%{time_total}\n' $(for i in $(seq 0 21); do printf -- '-o /dev/null http://%s/metrics ' "$AGENT_ADDR"; done) | awk 'NR > 1 { printf "%.2f\n", $1 * 1000 }')
-  med=$(printf '%s\n' "${m[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+  mapfile -t m < <(scrape_ms 21)
+  med=$(median "${m[@]}")
   loop2=$(yardstick)
   progs_running=$(bpf_programs)
   kprobes_running=$(wc -l </sys/kernel/debug/kprobes/list)
@@ -30,7 +30,7 @@ for rep in $(seq 1 "${REPRO_N:-5}"); do
     strace -f -c -qq -o "$OUT/strace.txt" -p "$AGENT_PID" &
     s=$!
     sleep 2
-    curl -fsS $(for i in $(seq 0 19); do printf -- '-o /dev/null http://%s/metrics ' "$AGENT_ADDR"; done)
+    scrape_ms 19 >/dev/null
     kill -INT "$s" && wait "$s" || true
   fi
   log "rep $rep: /metrics median $med ms; ready in $ready s; 100k-iteration loop $loop ms before the agent, $loop2 ms with it; kprobes before $kprobes (with the agent $kprobes_running), BPF programs before $progs (with the agent $progs_running); agent RSS $(awk '/VmRSS/ { print $2 }' /proc/$AGENT_PID/status) KiB"
