@@ -109,31 +109,65 @@ FLEET_PORTS=()
 # Faults outlive the request, not the scenario: after a scenario that used
 # the switch (pass, fail or time limit), fleet-guest.sh on h1 asks for reset.
 
-FLEET_SWITCH_SEQ=0
+FLEET_REQUEST_SEQ=0
+
+# fleet_request DIR NAME WORDS...: asks the server of DIR (fleet_serve) to run
+# WORDS: a request file written aside, then renamed into DIR; waits for its
+# acknowledgement (the exit status, then the output), prints the output and
+# fails on a non-zero status, no answer in 60 s or an aborted run. NAME
+# prefixes the log line and the failures.
+fleet_request() {
+  local dir=$1 name=$2 id ack why start=$SECONDS answer
+  shift 2
+  [ -d "$dir" ] || mkdir -p "$dir"
+  FLEET_REQUEST_SEQ=$((FLEET_REQUEST_SEQ + 1))
+  id=h$HOST_INDEX.$$.$FLEET_REQUEST_SEQ
+  ack=$dir/$id.ack
+  printf '%s\n' "$*" >"$dir/.$id.tmp"
+  mv "$dir/.$id.tmp" "$dir/$id.req"
+  while [ ! -e "$ack" ]; do
+    [ $((SECONDS - start)) -lt 60 ] || fail "$name $*: no answer in 60 s"
+    if [ -s "$FLEET_ROOT/abort" ]; then why=$(head -n1 "$FLEET_ROOT/abort") && fail "$name $*: run aborted: $why"; fi
+    sleep 0.05
+  done
+  mapfile -t answer <"$ack"
+  [ ${#answer[@]} -lt 2 ] || printf '%s\n' "${answer[@]:1}"
+  [ "${answer[0]:-}" = 0 ] || fail "$name $*: exit ${answer[0]:-none}"
+  log "$name: $* (answered in $((SECONDS - start)) s)"
+}
+
+# fleet_serve DIR HANDLER UNTIL: runs `HANDLER WORDS...` for every request
+# fleet_request writes into DIR and acknowledges it with HANDLER's exit
+# status and output, until the file UNTIL exists.
+fleet_serve() {
+  local dir=$1 handler=$2 until=$3 req id rc output words line
+  mkdir -p "$dir"
+  enable -f /usr/lib/bash/rm rm
+  while [ ! -e "$until" ]; do
+    for req in "$dir"/*.req; do
+      [ -e "$req" ] || continue
+      id=${req##*/} id=${id%.req}
+      read -r -a words <"$req"
+      rc=0
+      output=$("$handler" "${words[@]}" 2>&1) || rc=$?
+      log "request $id: ${words[*]} -> exit $rc"
+      while IFS= read -r line; do printf '  %s\n' "$line"; done <<<"$output" >&2
+      printf '%s\n%s\n' "$rc" "$output" >"$dir/.$id.ack"
+      mv "$dir/.$id.ack" "$dir/$id.ack"
+      rm -f "$req"
+    done
+    sleep 0.1
+  done
+}
 
 # fleet_switch ACTION HOST [ARGS...]: see above; prints the switch's output.
 # Both ends fork as little as they can: under emulation a fork and exec costs
 # a guest about 45 ms of CPU, and a request took 1.4 s on an idle bed, 2 to
 # 3 s beside the agents (bench-fleet/switch_requests).
 fleet_switch() {
-  local dir=$FLEET_ROOT/switch id ack why start=$SECONDS answer
   [ "$FLEET_HOSTS" -ge 3 ] || [ -e "$FLEET_ROOT/up.switch" ] || fail "fleet_switch: no switch guest (--hosts 3 or --switch)"
-  [ -d "$dir" ] || mkdir -p "$dir"
   [ -e "$FLEET_OUT/switch-used" ] || : >"$FLEET_OUT/switch-used" # fleet-guest.sh resets the switch after the scenario
-  FLEET_SWITCH_SEQ=$((FLEET_SWITCH_SEQ + 1))
-  id=h$HOST_INDEX.$$.$FLEET_SWITCH_SEQ
-  ack=$dir/$id.ack
-  printf '%s\n' "$*" >"$dir/.$id.tmp"
-  mv "$dir/.$id.tmp" "$dir/$id.req"
-  while [ ! -e "$ack" ]; do
-    [ $((SECONDS - start)) -lt 60 ] || fail "fleet_switch $*: no answer from the switch in 60 s"
-    if [ -s "$FLEET_ROOT/abort" ]; then why=$(head -n1 "$FLEET_ROOT/abort") && fail "fleet_switch $*: run aborted: $why"; fi
-    sleep 0.05
-  done
-  mapfile -t answer <"$ack"
-  [ ${#answer[@]} -lt 2 ] || printf '%s\n' "${answer[@]:1}"
-  [ "${answer[0]:-}" = 0 ] || fail "fleet_switch $*: exit ${answer[0]:-none} on the switch"
-  log "switch: $* (answered in $((SECONDS - start)) s)"
+  fleet_request "$FLEET_ROOT/switch" switch "$@"
 }
 
 # fleet_switch_port N: the switch's NIC toward host N, looked up.
@@ -183,25 +217,9 @@ fleet_switch_do() {
 # request of $OUT_ROOT/switch/ and acknowledges it, until the host side
 # touches $OUT_ROOT/fleet.done.
 fleet_switch_serve() {
-  local root=$1 dir=$1/switch req id rc output words line h
-  mkdir -p "$dir"
-  enable -f /usr/lib/bash/rm rm
+  local h
   for ((h = 1; h <= $2; h++)); do FLEET_PORT_OF[$h]=$(fleet_switch_port "$h") || return 1; done
-  while [ ! -e "$root/fleet.done" ]; do
-    for req in "$dir"/*.req; do
-      [ -e "$req" ] || continue
-      id=${req##*/} id=${id%.req}
-      read -r -a words <"$req"
-      rc=0
-      output=$(fleet_switch_do "${words[@]}" 2>&1) || rc=$?
-      log "request $id: ${words[*]} -> exit $rc"
-      while IFS= read -r line; do printf '  %s\n' "$line"; done <<<"$output" >&2
-      printf '%s\n%s\n' "$rc" "$output" >"$dir/.$id.ack"
-      mv "$dir/.$id.ack" "$dir/$id.ack"
-      rm -f "$req"
-    done
-    sleep 0.1
-  done
+  fleet_serve "$1/switch" fleet_switch_do "$1/fleet.done"
 }
 
 # fleet_aborted: why the fleet run is off, if it is: a host failed this

@@ -147,36 +147,15 @@ ping_median() {
 }
 mesh_window_mark() { echo "$1 $EPOCHREALTIME" >>"$OUT/windows.txt"; }
 delay_toward_h3() { mesh_switch_delay 3 "$1"; }
-# starve_h3 on|off: h3's hog runs (SIGCONT) or is stopped (SIGSTOP), asked
-# through FLEET_OUT/hog and answered by h3's serve_hog once in force
-starve_h3() {
-  local start=$SECONDS want
-  STARVE_SEQ=$((STARVE_SEQ + 1))
-  want="$STARVE_SEQ $1"
-  echo "$want" >"$FLEET_OUT/hog/.req" && mv "$FLEET_OUT/hog/.req" "$FLEET_OUT/hog/req"
-  until [ "$(cat "$FLEET_OUT/hog/ack" 2>/dev/null)" = "$want" ]; do
-    [ $((SECONDS - start)) -lt 30 ] || fail "h3's hog not $1 after 30 s"
-    sleep 0.05
-  done
-  log "h3's hog $1 (answered in $((SECONDS - start)) s)"
-}
-STARVE_SEQ=0
-# serve_hog PID: applies starve_h3's requests to the hog PID until "quit"
-serve_hog() {
-  local req done=
-  while :; do
-    req=$(cat "$FLEET_OUT/hog/req" 2>/dev/null) || req=
-    if [ -n "$req" ] && [ "$req" != "$done" ]; then
-      case ${req#* } in
-        on) kill -CONT "$1" ;;
-        off) kill -STOP "$1" ;;
-        quit) return 0 ;;
-      esac
-      echo "$req" >"$FLEET_OUT/hog/.ack" && mv "$FLEET_OUT/hog/.ack" "$FLEET_OUT/hog/ack"
-      done=$req
-    fi
-    sleep 0.05
-  done
+# starve_h3 on|off: h3's hog runs or is stopped, asked of h3's fleet_serve
+# (hog_do) and answered once in force
+starve_h3() { fleet_request "$FLEET_OUT/hog" "h3's hog" "$1" >&2; }
+hog_do() {
+  case $1 in
+    on) kill -CONT "$hog" ;;
+    off) kill -STOP "$hog" ;;
+    *) echo "unknown $1" >&2; return 2 ;;
+  esac
 }
 # window_count METRIC TARGET BEFORE AFTER [BEFORE AFTER...]: METRIC's count
 # to TARGET summed over the windows between the pairs of scrapes
@@ -302,7 +281,6 @@ esac
 fleet_barrier network-on 600
 
 if [ "$HOST_INDEX" = 3 ]; then
-  mkdir -p "$FLEET_OUT/hog"
   python3 -c '
 import time
 while True:
@@ -318,7 +296,7 @@ while True:
   softirqd=$(pgrep -x ksoftirqd/0) || fail "no ksoftirqd/0"
   chrt -f -p 20 "$softirqd" || fail "chrt -f 20 on ksoftirqd/0"
   on_exit "chrt -o -p 0 $softirqd"
-  serve_hog "$hog" &
+  fleet_serve "$FLEET_OUT/hog" hog_do "$FLEET_OUT/hog/quit" &
   hog_server=$!
   on_exit "kill $hog_server 2>/dev/null"
   figure "h3: a SCHED_FIFO 10 hog spins 30 ms of every 40 ms while on (pid $hog)"
@@ -343,7 +321,7 @@ if [ "$HOST_INDEX" = 1 ]; then
   log "ok: the starved host is in the responder delay, not in the network RTT"
   expect_causes "$network_on" "$SECONDS"
   fleet_switch clear 2 >&2
-  echo "$((STARVE_SEQ + 1)) quit" >"$FLEET_OUT/hog/.req" && mv "$FLEET_OUT/hog/.req" "$FLEET_OUT/hog/req"
+  : >"$FLEET_OUT/hog/quit"
 fi
 fleet_barrier host-done 600
 if [ "$HOST_INDEX" = 3 ]; then
