@@ -163,7 +163,7 @@ window_count() {
   local metric=$1 target=$2 sum=0
   shift 2
   while [ $# -ge 2 ]; do
-    sum=$((sum + $(mesh_count "$2" "$metric" "$target") - $(mesh_count "$1" "$metric" "$target")))
+    sum=$((sum + $(delta "$1" "$2" "$(mesh_sel "$metric" "$target")")))
     shift 2
   done
   echo "$sum"
