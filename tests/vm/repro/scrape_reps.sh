@@ -9,10 +9,12 @@ held=${REPRO_HOLD:-10000}
 start_churn hold --hold "$held" --lifecycles 0 --threads 2
 wait_phase hold held 900 || fail "qp-churn did not hold $held QPs"
 command -v bpftool >/dev/null || fail "no bpftool"
+[ -r /sys/kernel/debug/kprobes/list ] || fail "no kprobes list in debugfs"
 bpf_programs() { bpftool prog show | grep -c '^[0-9]' || true; }
+kprobes_registered() { wc -l </sys/kernel/debug/kprobes/list; }
 yardstick() { local t0=$EPOCHREALTIME i; for ((i = 0; i < 100000; i++)); do :; done; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 for rep in $(seq 1 "${REPRO_N:-5}"); do
-  kprobes=$(wc -l </sys/kernel/debug/kprobes/list) || fail "no kprobes list in debugfs"
+  kprobes=$(kprobes_registered)
   progs=$(bpf_programs)
   loop=$(yardstick)
   : >"$OUT/agent.log"
@@ -25,7 +27,7 @@ for rep in $(seq 1 "${REPRO_N:-5}"); do
   med=$(median "${m[@]}")
   loop2=$(yardstick)
   progs_running=$(bpf_programs)
-  kprobes_running=$(wc -l </sys/kernel/debug/kprobes/list)
+  kprobes_running=$(kprobes_registered)
   if [ "${REPRO_STRACE:-0}" = 1 ]; then
     strace -f -c -qq -o "$OUT/strace.txt" -p "$AGENT_PID" &
     s=$!
