@@ -1,105 +1,129 @@
-//! The Prometheus text exposition format (0.0.4), written straight into one
-//! buffer. Its output is byte for byte that of `prometheus::TextEncoder`
-//! (tested below); it differs in cost. The crate's encoder formats every sample
-//! value as an `f64` and every bucket bound afresh, allocating a `String` for
-//! each: nearly all of a scrape's encoding time. Here integral values (the
-//! integer counters and gauges, every bucket and count) are written as
-//! integers, and bucket bounds are formatted once per distinct bound.
+//! The Prometheus text exposition format (0.0.4), written line by line into
+//! one buffer by the registry's families ([`crate::export::registry`]). The
+//! output is byte for byte what the prometheus crate's `TextEncoder` writes
+//! for the same metrics (the registry's tests compare the two); integral
+//! values (integer counters and gauges, every bucket and count) are written
+//! as integers, which the crate writes through `f64`'s `Display`.
 
-use std::{cell::RefCell, collections::HashMap, fmt::Write as _};
+use std::fmt::Write as _;
 
-use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+/// The `Content-Type` of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// Appends the exposition of `families` to `out`.
-pub fn encode(families: &[MetricFamily], out: &mut String) {
-    for family in families {
-        encode_family(family, out);
+/// What a family is, for its `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn text(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
     }
 }
 
-fn encode_family(family: &MetricFamily, out: &mut String) {
-    let name = family.name();
-    if !family.help().is_empty() {
-        out.push_str("# HELP ");
-        out.push_str(name);
-        out.push(' ');
-        escape_into(family.help(), false, out);
-        out.push('\n');
-    }
-    let kind = family.get_field_type();
-    out.push_str("# TYPE ");
+/// `# HELP NAME HELP` and `# TYPE NAME KIND`, each with its newline.
+pub fn header(name: &str, help: &str, kind: Kind) -> String {
+    let mut out = String::with_capacity(name.len() * 2 + help.len() + 32);
+    out.push_str("# HELP ");
     out.push_str(name);
     out.push(' ');
-    out.push_str(match kind {
-        MetricType::COUNTER => "counter",
-        MetricType::GAUGE => "gauge",
-        MetricType::HISTOGRAM => "histogram",
-        MetricType::SUMMARY => "summary",
-        MetricType::UNTYPED => "untyped",
-    });
-    out.push('\n');
-    for metric in family.get_metric() {
-        match kind {
-            MetricType::COUNTER => sample(
-                out,
-                name,
-                "",
-                metric,
-                None,
-                metric.get_counter().get_value(),
-            ),
-            MetricType::GAUGE => {
-                sample(out, name, "", metric, None, metric.get_gauge().get_value())
-            }
-            MetricType::HISTOGRAM => histogram(out, name, metric),
-            MetricType::SUMMARY => summary(out, name, metric),
-            // qpwatch registers no untyped metrics (the crate's encoder panics on them)
-            MetricType::UNTYPED => {}
-        }
-    }
-}
-
-fn histogram(out: &mut String, name: &str, metric: &Metric) {
-    let h = metric.get_histogram();
-    // `{a="x",` (or `{`), written once and reused for every bucket's line
-    let mut open = String::with_capacity(64);
-    open.push('{');
-    for pair in metric.get_label() {
-        label_into(pair.name(), pair.value(), &mut open);
-        open.push(',');
-    }
-    let timestamp = metric.timestamp_ms();
-    let mut inf_seen = false;
-    BOUND_TEXT.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        for bucket in h.get_bucket() {
-            let bound = bucket.upper_bound();
-            let le = cache
-                .entry(bound.to_bits())
-                .or_insert_with(|| bound.to_string().into_boxed_str());
-            bucket_line(out, name, &open, le, bucket.cumulative_count(), timestamp);
-            inf_seen |= bound.is_sign_positive() && bound.is_infinite();
-        }
-    });
-    let count = h.get_sample_count();
-    if !inf_seen {
-        bucket_line(out, name, &open, "+Inf", count, timestamp);
-    }
-    sample(out, name, "_sum", metric, None, h.get_sample_sum());
-    sample(out, name, "_count", metric, None, count as f64);
-}
-
-/// `NAME_bucket{LABELS,le="LE"} COUNT[ TIMESTAMP]`; `open` is the labels
-/// already written as `{a="x",` (or `{`).
-fn bucket_line(out: &mut String, name: &str, open: &str, le: &str, count: u64, timestamp: i64) {
+    escape_into(help, false, &mut out);
+    out.push_str("\n# TYPE ");
     out.push_str(name);
-    out.push_str("_bucket");
-    out.push_str(open);
+    out.push(' ');
+    out.push_str(kind.text());
+    out.push('\n');
+    out
+}
+
+/// A series' labels as its lines carry them: `a="x",b="y"`, the pairs in
+/// the order given, the values escaped; empty without labels.
+pub fn label_text<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Box<str> {
+    let mut out = String::new();
+    for (name, value) in pairs {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_into(value, true, &mut out);
+        out.push('"');
+    }
+    out.into_boxed_str()
+}
+
+/// A value, as one of the family's types holds it.
+#[derive(Debug, Clone, Copy)]
+pub enum Value {
+    Float(f64),
+    Unsigned(u64),
+    Signed(i64),
+}
+
+/// `NAME[SUFFIX][{LABELS}] VALUE`; `labels` as [`label_text`] writes them.
+pub fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: Value) {
+    out.push_str(name);
+    out.push_str(suffix);
+    if !labels.is_empty() {
+        out.push('{');
+        out.push_str(labels);
+        out.push('}');
+    }
+    out.push(' ');
+    match value {
+        Value::Float(v) => value_into(v, out),
+        Value::Unsigned(v) => count_into(v, out),
+        Value::Signed(v) => signed_into(v, out),
+    }
+    out.push('\n');
+}
+
+/// A histogram's lines: its buckets (`le` after the series' labels, one per
+/// bound, then `+Inf`), `_sum` and `_count`. `counts` holds the count of
+/// each bucket alone (not cumulative), one per bound and one above them all.
+pub fn histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds: &[Box<str>],
+    counts: impl IntoIterator<Item = u64>,
+    sum: f64,
+) {
+    let mut cumulative = 0u64;
+    let mut counts = counts.into_iter();
+    for (bound, count) in bounds.iter().zip(counts.by_ref()) {
+        cumulative += count;
+        bucket_line(out, name, labels, bound, cumulative);
+    }
+    cumulative += counts.sum::<u64>();
+    bucket_line(out, name, labels, "+Inf", cumulative);
+    sample(out, name, "_sum", labels, Value::Float(sum));
+    sample(out, name, "_count", labels, Value::Unsigned(cumulative));
+}
+
+/// A bucket bound as its `le` label carries it.
+pub fn bound_text(bound: f64) -> Box<str> {
+    bound.to_string().into_boxed_str()
+}
+
+fn bucket_line(out: &mut String, name: &str, labels: &str, le: &str, count: u64) {
+    out.push_str(name);
+    out.push_str("_bucket{");
+    if !labels.is_empty() {
+        out.push_str(labels);
+        out.push(',');
+    }
     out.push_str("le=\"");
     out.push_str(le);
     out.push_str("\"} ");
     count_into(count, out);
-    timestamp_into(timestamp, out);
     out.push('\n');
 }
 
@@ -113,66 +137,14 @@ fn count_into(count: u64, out: &mut String) {
     }
 }
 
-fn timestamp_into(timestamp: i64, out: &mut String) {
-    if timestamp != 0 {
-        out.push(' ');
-        integer_into(timestamp, out);
+/// A signed value as `value_into` writes it as an `f64`.
+fn signed_into(value: i64, out: &mut String) {
+    const EXACT: u64 = 1 << 53;
+    if value.unsigned_abs() < EXACT {
+        integer_into(value, out);
+    } else {
+        value_into(value as f64, out);
     }
-}
-
-fn summary(out: &mut String, name: &str, metric: &Metric) {
-    let s = metric.get_summary();
-    for q in s.get_quantile() {
-        let quantile = q.quantile().to_string();
-        sample(
-            out,
-            name,
-            "",
-            metric,
-            Some(("quantile", &quantile)),
-            q.value(),
-        );
-    }
-    sample(out, name, "_sum", metric, None, s.sample_sum());
-    sample(out, name, "_count", metric, None, s.sample_count() as f64);
-}
-
-fn sample(
-    out: &mut String,
-    name: &str,
-    suffix: &str,
-    metric: &Metric,
-    extra_label: Option<(&str, &str)>,
-    value: f64,
-) {
-    out.push_str(name);
-    out.push_str(suffix);
-    labels(out, metric.get_label(), extra_label);
-    out.push(' ');
-    value_into(value, out);
-    timestamp_into(metric.timestamp_ms(), out);
-    out.push('\n');
-}
-
-fn labels(out: &mut String, pairs: &[LabelPair], extra: Option<(&str, &str)>) {
-    if pairs.is_empty() && extra.is_none() {
-        return;
-    }
-    let mut separator = '{';
-    for (name, value) in pairs.iter().map(|p| (p.name(), p.value())).chain(extra) {
-        out.push(separator);
-        label_into(name, value, out);
-        separator = ',';
-    }
-    out.push('}');
-}
-
-/// `name="value"`, the value escaped.
-fn label_into(name: &str, value: &str, out: &mut String) {
-    out.push_str(name);
-    out.push_str("=\"");
-    escape_into(value, true, out);
-    out.push('"');
 }
 
 /// `i64`'s `Display`, without the formatting machinery.
@@ -207,12 +179,7 @@ fn value_into(value: f64, out: &mut String) {
     }
 }
 
-thread_local! {
-    /// Bucket bounds come from a fixed configuration: few distinct values.
-    static BOUND_TEXT: RefCell<HashMap<u64, Box<str>>> = RefCell::new(HashMap::new());
-}
-
-/// `\` → `\\`, newline → `\n`, and `"` → `\"` in label values.
+/// `\` → `\\`, newline → `\n`, and (in label values) `"` → `\"`.
 fn escape_into(text: &str, quotes: bool, out: &mut String) {
     let special = |c: char| c == '\\' || c == '\n' || (quotes && c == '"');
     // every special character is ASCII: a byte scan finds them
@@ -234,86 +201,7 @@ fn escape_into(text: &str, quotes: bool, out: &mut String) {
 
 #[cfg(test)]
 mod tests {
-    use prometheus::{
-        Counter, CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    };
-
     use super::*;
-
-    /// Both encodings of one gathering (the process collector's values move).
-    fn both(registry: &Registry) -> (String, String) {
-        let families = registry.gather();
-        let mut theirs = String::new();
-        prometheus::TextEncoder::new()
-            .encode_utf8(&families, &mut theirs)
-            .unwrap();
-        let mut ours = String::new();
-        encode(&families, &mut ours);
-        (ours, theirs)
-    }
-
-    #[test]
-    fn equals_the_crate_encoder() {
-        let r = Registry::new();
-        let c = IntCounterVec::new(Opts::new("c_total", "a \\ help\nline"), &["a", "b"]).unwrap();
-        r.register(Box::new(c.clone())).unwrap();
-        c.with_label_values(&["x", "y"]).inc_by(3);
-        c.with_label_values(&["quote\"d", "back\\slash\nnl"]).inc();
-        c.with_label_values(&["big", "n"]).inc_by((1 << 53) + 1);
-        let g = IntGauge::new("g", "gauge").unwrap();
-        r.register(Box::new(g.clone())).unwrap();
-        g.set(-7);
-        let f = CounterVec::new(Opts::new("f_seconds_total", "float"), &["k"]).unwrap();
-        r.register(Box::new(f.clone())).unwrap();
-        f.with_label_values(&["v"]).inc_by(0.000123);
-        f.with_label_values(&["w"]).inc_by(1e-9);
-        let plain = Counter::new("plain_total", "no labels").unwrap();
-        r.register(Box::new(plain.clone())).unwrap();
-        plain.inc_by(2.5);
-        let h = HistogramVec::new(
-            HistogramOpts::new("h_seconds", "histogram")
-                .buckets(vec![1e-6, 2.5e-4, 0.5, 1.0, 3600.0]),
-            &["state"],
-        )
-        .unwrap();
-        r.register(Box::new(h.clone())).unwrap();
-        for v in [0.0, 3e-7, 0.0002, 0.7, 42.0, 1e9] {
-            h.with_label_values(&["RTS"]).observe(v);
-        }
-        h.with_label_values(&["INIT"]);
-        let bare = prometheus::Histogram::with_opts(
-            HistogramOpts::new("bare_seconds", "no labels").buckets(vec![0.1, f64::INFINITY]),
-        )
-        .unwrap();
-        r.register(Box::new(bare.clone())).unwrap();
-        bare.observe(0.05);
-        bare.observe(7.0);
-        let (ours, theirs) = both(&r);
-        assert!(
-            ours.contains("bare_seconds_bucket{le=\"+Inf\"} 2\n"),
-            "{ours}"
-        );
-        assert_eq!(ours, theirs);
-    }
-
-    #[test]
-    fn equals_the_crate_encoder_on_qpwatch_metrics() {
-        use crate::{
-            export::metrics::{Buckets, Metrics},
-            kernel::rdma::QpState,
-            model::qp::{Observation, Observer},
-        };
-        let mut m = Metrics::new(&Buckets::default(), "6.1.0-test");
-        m.observe(Observation::Transition {
-            from: Some(QpState::Init),
-            to: QpState::Rtr,
-            duration: std::time::Duration::from_micros(250),
-        });
-        m.events.received("qp_modify");
-        let (ours, theirs) = both(&m.registry);
-        assert!(ours.contains("qpwatch_qp_transition_duration_seconds_bucket"));
-        assert_eq!(ours, theirs);
-    }
 
     #[test]
     fn integral_values_are_written_as_the_crate_writes_floats() {
@@ -352,11 +240,26 @@ mod tests {
             let mut text = String::new();
             integer_into(v, &mut text);
             assert_eq!(text, v.to_string());
+            let mut text = String::new();
+            signed_into(v, &mut text);
+            assert_eq!(text, (v as f64).to_string(), "{v}");
         }
         for v in [0, 1, (1 << 53) - 1, 1 << 53, (1 << 53) + 1, u64::MAX] {
             let mut text = String::new();
             count_into(v, &mut text);
             assert_eq!(text, (v as f64).to_string(), "{v}");
         }
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        assert_eq!(
+            &*label_text([("a", "quote\"d"), ("b", "back\\slash\nnl")]),
+            r#"a="quote\"d",b="back\\slash\nnl""#
+        );
+        assert_eq!(
+            header("x_total", "a \\ \"help\"\nline", Kind::Counter),
+            "# HELP x_total a \\\\ \"help\"\\nline\n# TYPE x_total counter\n"
+        );
     }
 }

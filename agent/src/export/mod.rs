@@ -4,3 +4,4 @@ pub mod exposition;
 pub mod http;
 pub mod jsonl;
 pub mod metrics;
+pub mod registry;

@@ -121,7 +121,14 @@ async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
         .await
     };
     match body {
-        Ok(body) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                crate::export::exposition::CONTENT_TYPE,
+            )],
+            body,
+        )
+            .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

@@ -645,17 +645,16 @@ fn a_refresh_waiting_for_its_lock_does_not_stall_the_endpoint() {
 /// A collector as slow as a large mesh's families.
 #[derive(Clone)]
 struct SlowCollector {
-    desc: prometheus::core::Desc,
+    desc: crate::export::registry::Desc,
 }
 
-impl prometheus::core::Collector for SlowCollector {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+impl crate::export::registry::Collector for SlowCollector {
+    fn descs(&self) -> Vec<&crate::export::registry::Desc> {
         vec![&self.desc]
     }
 
-    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+    fn collect(&self, _: &mut [String]) {
         thread::sleep(SLOW_RENDER);
-        Vec::new()
     }
 }
 
@@ -669,9 +668,13 @@ const SLOW_RENDER: Duration = Duration::from_secs(3);
 #[test]
 fn after_a_slow_render_the_next_is_off_the_event_loop() {
     let metrics = Metrics::new(&Buckets::default(), "test");
-    let desc =
-        prometheus::core::Desc::new("slow".into(), "slow".into(), vec![], Default::default())
-            .unwrap();
+    let desc = crate::export::registry::Desc::new(
+        "slow",
+        "slow",
+        crate::export::exposition::Kind::Gauge,
+        &[],
+    )
+    .unwrap();
     metrics
         .registry
         .register(Box::new(SlowCollector { desc }))

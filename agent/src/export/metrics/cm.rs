@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGaugeVec};
+use crate::export::registry::{Histogram, HistogramVec, IntCounterVec, IntGaugeVec};
 
 use super::{Buckets, Registrar};
 use crate::kernel::rdma::errno_label;

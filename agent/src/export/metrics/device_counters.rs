@@ -16,12 +16,12 @@ use std::{
     sync::{Arc, Weak},
 };
 
-use prometheus::{
-    core::{Collector, Desc},
-    proto::MetricFamily,
+use crate::export::{
+    exposition::Kind,
+    registry::{Collector, Desc},
 };
 
-use super::sysfs::{counter_family, entries, sanitize, CounterFiles, Refresh};
+use super::sysfs::{counter_samples, entries, sanitize, CounterFiles, Refresh};
 
 pub const PORT_IB_STATS: &str = "qpwatch_port_ib_stats_total";
 const PORT_IB_STATS_HELP: &str = "IB port counters of a device port (sysfs ports/PORT/counters), by counter; port_xmit_data and port_rcv_data count 4-octet words, as the kernel shows them.";
@@ -127,13 +127,12 @@ const FAMILIES: [(&str, &str); 3] = [
 impl DeviceCounters {
     pub fn new(dir: impl Into<PathBuf>, max_devices: usize) -> Self {
         let desc = |(name, help): (&str, &str)| {
-            let labels = LABELS
+            let labels: Vec<&str> = LABELS
                 .iter()
-                .filter(|&&l| l != "port" || name != DEVICE_HW_STATS)
-                .map(|l| (*l).to_owned())
+                .copied()
+                .filter(|&l| l != "port" || name != DEVICE_HW_STATS)
                 .collect();
-            Desc::new(name.to_owned(), help.to_owned(), labels, Default::default())
-                .expect("valid metric")
+            Desc::new(name, help, Kind::Counter, &labels).expect("valid metric")
         };
         Self {
             files: Arc::new(counter_files(&dir.into(), max_devices)),
@@ -151,29 +150,26 @@ impl DeviceCounters {
 }
 
 impl Collector for DeviceCounters {
-    fn desc(&self) -> Vec<&Desc> {
+    fn descs(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
     }
 
-    fn collect(&self) -> Vec<MetricFamily> {
+    fn collect(&self, out: &mut [String]) {
         let readings = readings(&self.files);
-        FAMILIES
-            .into_iter()
-            .filter_map(|(name, help)| {
-                counter_family(
-                    name,
-                    help,
-                    readings.iter().filter(|r| r.metric == name).map(|r| {
-                        let mut labels =
-                            vec![("counter", r.counter.clone()), ("device", r.device.clone())];
-                        if let Some(port) = &r.port {
-                            labels.push(("port", port.clone()));
-                        }
-                        (labels, r.value)
-                    }),
-                )
-            })
-            .collect()
+        for (lines, (name, _)) in out.iter_mut().zip(FAMILIES) {
+            counter_samples(
+                lines,
+                name,
+                readings.iter().filter(|r| r.metric == name).map(|r| {
+                    let mut labels =
+                        vec![("counter", r.counter.clone()), ("device", r.device.clone())];
+                    if let Some(port) = &r.port {
+                        labels.push(("port", port.clone()));
+                    }
+                    (labels, r.value)
+                }),
+            );
+        }
     }
 }
 
@@ -308,7 +304,7 @@ mod tests {
             &dir.path().join("rxe0/ports/1/hw_counters"),
             &[("sent_pkts", "12")],
         );
-        let registry = prometheus::Registry::new();
+        let registry = crate::export::registry::Registry::new();
         let collector = DeviceCounters::new(dir.path(), 64);
         let files = collector.source().upgrade().unwrap();
         registry.register(Box::new(collector)).unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use prometheus::{IntCounter, IntCounterVec};
+use crate::export::registry::{IntCounter, IntCounterVec};
 use qpwatch_common::{LostReason, LOST_REASONS};
 
 use super::{resolved::Resolved, Registrar};

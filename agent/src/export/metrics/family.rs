@@ -1,51 +1,24 @@
 //! Metric families built by hand, for the collectors that read their values
 //! themselves at a scrape (sysfs, `/proc/self`) instead of keeping metrics.
 
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use crate::export::exposition::{self, Value};
 
-/// A family of `kind` (a counter or a gauge) with these `(labels, value)`
-/// samples; labels in name order. `None` without samples: a family with no
-/// series is left out.
-pub(super) fn family(
+/// Appends the lines of these `(labels, value)` samples of the family
+/// `name`, labels in name order, the series in the order of their label
+/// values (as the prometheus crate's gather sorts them).
+pub(super) fn samples(
+    out: &mut String,
     name: &str,
-    help: &str,
-    kind: MetricType,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, f64)>,
-) -> Option<MetricFamily> {
-    let metrics: Vec<Metric> = samples
-        .into_iter()
-        .map(|(labels, value)| {
-            let mut m = Metric::default();
-            m.set_label(
-                labels
-                    .into_iter()
-                    .map(|(name, value)| {
-                        let mut pair = LabelPair::default();
-                        pair.set_name(name.to_owned());
-                        pair.set_value(value);
-                        pair
-                    })
-                    .collect(),
-            );
-            if kind == MetricType::COUNTER {
-                let mut counter = Counter::default();
-                counter.set_value(value);
-                m.set_counter(counter);
-            } else {
-                let mut gauge = Gauge::default();
-                gauge.set_value(value);
-                m.set_gauge(gauge);
-            }
-            m
-        })
-        .collect();
-    if metrics.is_empty() {
-        return None;
+    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, Value)>,
+) {
+    let mut samples: Vec<_> = samples.into_iter().collect();
+    samples.sort_by(|(a, _), (b, _)| {
+        a.len()
+            .cmp(&b.len())
+            .then_with(|| a.iter().map(|(_, v)| v).cmp(b.iter().map(|(_, v)| v)))
+    });
+    for (labels, value) in samples {
+        let text = exposition::label_text(labels.iter().map(|(n, v)| (*n, v.as_str())));
+        exposition::sample(out, name, "", &text, value);
     }
-    let mut family = MetricFamily::default();
-    family.set_name(name.to_owned());
-    family.set_help(help.to_owned());
-    family.set_field_type(kind);
-    family.set_metric(metrics);
-    Some(family)
 }

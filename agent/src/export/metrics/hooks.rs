@@ -2,7 +2,7 @@
 //! of the counted tracepoints, and the BPF run-time statistics of their
 //! programs.
 
-use prometheus::{CounterVec, IntCounterVec, IntGaugeVec};
+use crate::export::registry::{CounterVec, IntCounterVec, IntGaugeVec};
 
 use super::Registrar;
 use crate::kernel::hooks::HookStatus;

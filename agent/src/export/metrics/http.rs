@@ -2,7 +2,7 @@
 //! closed at a limit, requests refused for want of credentials, and the web
 //! configuration's reloads.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use crate::export::registry::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::Registrar;
 
@@ -128,7 +128,7 @@ impl Drop for ActiveConnection {
 
 #[cfg(test)]
 mod tests {
-    use prometheus::Registry;
+    use crate::export::registry::Registry;
 
     use super::*;
 

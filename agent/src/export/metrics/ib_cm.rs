@@ -12,12 +12,12 @@ use std::{
     sync::{Arc, Weak},
 };
 
-use prometheus::{
-    core::{Collector, Desc},
-    proto::MetricFamily,
+use crate::export::{
+    exposition::Kind,
+    registry::{Collector, Desc},
 };
 
-use super::sysfs::{counter_family, entries, sanitize, CounterFiles, Refresh};
+use super::sysfs::{counter_samples, entries, sanitize, CounterFiles, Refresh};
 
 pub const SYSFS_DIR: &str = "/sys/class/infiniband";
 
@@ -121,15 +121,8 @@ pub struct IbCmCounters {
 
 impl IbCmCounters {
     pub fn new(dir: impl Into<PathBuf>, max_devices: usize) -> Self {
-        let labels = || LABELS.map(str::to_owned).to_vec();
         let desc = |name: &str, help: &str| {
-            Desc::new(
-                name.to_owned(),
-                help.to_owned(),
-                labels(),
-                Default::default(),
-            )
-            .expect("valid metric")
+            Desc::new(name, help, Kind::Counter, &LABELS).expect("valid metric")
         };
         Self {
             files: Arc::new(counter_files(&dir.into(), max_devices)),
@@ -147,32 +140,29 @@ impl IbCmCounters {
 }
 
 impl Collector for IbCmCounters {
-    fn desc(&self) -> Vec<&Desc> {
+    fn descs(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
     }
 
-    fn collect(&self) -> Vec<MetricFamily> {
+    fn collect(&self, out: &mut [String]) {
         let readings = readings(&self.files);
-        [(MESSAGES, MESSAGES_HELP), (REPEATED, REPEATED_HELP)]
-            .into_iter()
-            .filter_map(|(name, help)| {
-                counter_family(
-                    name,
-                    help,
-                    readings.iter().filter(|r| r.metric == name).map(|r| {
-                        (
-                            vec![
-                                ("device", r.device.clone()),
-                                ("direction", r.direction.to_owned()),
-                                ("message", r.message.clone()),
-                                ("port", r.port.clone()),
-                            ],
-                            r.value,
-                        )
-                    }),
-                )
-            })
-            .collect()
+        for (lines, name) in out.iter_mut().zip([MESSAGES, REPEATED]) {
+            counter_samples(
+                lines,
+                name,
+                readings.iter().filter(|r| r.metric == name).map(|r| {
+                    (
+                        vec![
+                            ("device", r.device.clone()),
+                            ("direction", r.direction.to_owned()),
+                            ("message", r.message.clone()),
+                            ("port", r.port.clone()),
+                        ],
+                        r.value,
+                    )
+                }),
+            );
+        }
     }
 }
 
@@ -232,7 +222,7 @@ mod tests {
     fn exported_through_a_registry() {
         let dir = tempfile::tempdir().unwrap();
         port(dir.path(), "rxe0", "1", "cm_tx_msgs", &[("req", 3)]);
-        let registry = prometheus::Registry::new();
+        let registry = crate::export::registry::Registry::new();
         let collector = IbCmCounters::new(dir.path(), 64);
         let files = collector.source().upgrade().unwrap();
         registry.register(Box::new(collector)).unwrap();

@@ -1,7 +1,7 @@
 //! What the agent's caps did: the size of its QP table, the QPs evicted from
 //! it when full, and label values folded into "other".
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use crate::export::registry::{IntCounter, IntCounterVec, IntGauge};
 
 use super::Registrar;
 

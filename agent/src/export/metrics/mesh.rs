@@ -14,7 +14,9 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use crate::export::registry::{
+    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+};
 use rdma_probe::mesh::{Answer, Clock};
 
 use super::{Buckets, Registrar, PROBE_DELAY_BUCKETS};

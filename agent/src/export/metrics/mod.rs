@@ -35,7 +35,7 @@ mod sysfs_reads;
 
 use std::{path::PathBuf, time::Duration};
 
-use prometheus::Registry;
+use crate::export::registry::{self, Registry};
 
 pub use buckets::{
     Buckets, CALL_LATENCY_BUCKETS, DWELL_BUCKETS, LIFETIME_BUCKETS, PROBE_DELAY_BUCKETS,
@@ -220,16 +220,14 @@ impl Observer for Metrics {
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsCountersError {
     #[error("registering the sysfs counter families: {0}")]
-    Register(#[from] prometheus::Error),
+    Register(#[from] registry::Error),
     #[error("starting the thread that reads the sysfs counters: {0}")]
     Thread(#[from] std::io::Error),
 }
 
 /// Renders the registry in the Prometheus text format.
 pub fn render(registry: &Registry) -> String {
-    let mut out = String::with_capacity(32 * 1024);
-    crate::export::exposition::encode(&registry.gather(), &mut out);
-    out
+    registry.render()
 }
 
 #[cfg(test)]

@@ -8,12 +8,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::export::registry::{Collector, Desc, IntGauge, IntGaugeVec};
 use fnv::FnvHashMap;
-use prometheus::{
-    core::{Collector, Desc},
-    proto::MetricFamily,
-    IntGauge, IntGaugeVec, Opts,
-};
 
 use super::Registrar;
 
@@ -63,43 +59,33 @@ struct PeerCollector {
 }
 
 impl Collector for PeerCollector {
-    fn desc(&self) -> Vec<&Desc> {
+    fn descs(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
     }
 
-    fn collect(&self) -> Vec<MetricFamily> {
+    fn collect(&self, out: &mut [String]) {
         let mut series = self.series.lock().expect("not poisoned");
         series.sweep();
-        let mut families = series.peers.collect();
-        families.extend(series.peer_qps.collect());
-        families
+        series.peers.write_samples(&mut out[0]);
+        series.peer_qps.write_samples(&mut out[1]);
     }
 }
 
 impl PeerMetrics {
     pub fn new(r: &mut Registrar) -> Self {
         let peers = IntGaugeVec::new(
-            Opts::new(
-                "qpwatch_peers",
-                "Distinct remote GIDs the device's live QPs are connected to (from the address vector of their modify to RTR).",
-            ),
+            "qpwatch_peers",
+            "Distinct remote GIDs the device's live QPs are connected to (from the address vector of their modify to RTR).",
             &["device"],
         )
         .expect("valid metric");
         let peer_qps = IntGaugeVec::new(
-            Opts::new(
-                "qpwatch_peer_qps",
-                "Live QPs connected to a remote peer: its IP (RoCE) or GID; first max_peer_labels peers, the rest \"other\". A series goes with the peer's last QP.",
-            ),
+            "qpwatch_peer_qps",
+            "Live QPs connected to a remote peer: its IP (RoCE) or GID; first max_peer_labels peers, the rest \"other\". A series goes with the peer's last QP.",
             &["device", "peer"],
         )
         .expect("valid metric");
-        let descs = peers
-            .desc()
-            .into_iter()
-            .chain(peer_qps.desc())
-            .cloned()
-            .collect();
+        let descs = vec![peers.desc().clone(), peer_qps.desc().clone()];
         let series = Arc::new(Mutex::new(PeerSeries {
             peers,
             peer_qps,
@@ -148,10 +134,9 @@ impl PeerMetrics {
 
 #[cfg(test)]
 mod tests {
-    use prometheus::Registry;
-
     use super::*;
     use crate::export::metrics::render;
+    use crate::export::registry::Registry;
 
     #[test]
     fn a_series_goes_with_its_last_qp_and_comes_back_with_the_next() {

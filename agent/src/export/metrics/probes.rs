@@ -1,7 +1,7 @@
 //! The synthetic probes: their results, round-trip times, connection steps,
 //! and the cross-check of their QP verb calls against the hooks.
 
-use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
+use crate::export::registry::{HistogramVec, IntCounterVec, IntGaugeVec};
 use rdma_probe::{ProbeOutcome, ProbeResult, Step};
 
 use super::{Buckets, Registrar, PROBE_SKEW_BUCKETS};

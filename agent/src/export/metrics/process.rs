@@ -14,12 +14,11 @@ use std::{
     sync::Mutex,
 };
 
-use prometheus::{
-    core::{Collector, Desc},
-    proto::{MetricFamily, MetricType},
+use super::Registrar;
+use crate::export::{
+    exposition::{self, Kind, Value},
+    registry::{Collector, Desc},
 };
-
-use super::{family::family, Registrar};
 
 pub fn register(r: &mut Registrar) {
     r.try_register(Box::new(ProcessCollector::new()))
@@ -109,14 +108,13 @@ impl ProcessCollector {
         });
         let descs = FAMILIES
             .iter()
-            .map(|(name, help)| {
-                Desc::new(
-                    (*name).to_owned(),
-                    (*help).to_owned(),
-                    Vec::new(),
-                    Default::default(),
-                )
-                .expect("valid metric")
+            .map(|&(name, help)| {
+                let kind = if name == CPU.0 {
+                    Kind::Counter
+                } else {
+                    Kind::Gauge
+                };
+                Desc::new(name, help, kind, &[]).expect("valid metric")
             })
             .collect();
         Self {
@@ -149,7 +147,6 @@ impl FdDir {
     fn count(&self) -> Option<f64> {
         let dir = self.0.lock().ok()?;
         let fd = dir.as_raw_fd();
-        // SAFETY: lseek on a descriptor this struct owns.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
             return None;
         }
@@ -203,34 +200,27 @@ fn max_fds() -> Option<f64> {
 }
 
 impl Collector for ProcessCollector {
-    fn desc(&self) -> Vec<&Desc> {
+    fn descs(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
     }
 
-    fn collect(&self) -> Vec<MetricFamily> {
+    fn collect(&self, out: &mut [String]) {
         let stat = self.stat.as_ref().and_then(read_stat);
-        [
-            (
-                CPU,
-                stat.map(|s| s.cpu_ticks as f64 / self.ticks_per_second),
-            ),
-            (OPEN_FDS, self.fd_dir.as_ref().and_then(FdDir::count)),
-            (MAX_FDS, max_fds()),
-            (VSIZE, stat.map(|s| s.vsize_bytes as f64)),
-            (RSS, stat.map(|s| s.rss_pages as f64 * self.page_bytes)),
-            (START_TIME, self.start_time),
-            (THREADS, stat.map(|s| s.threads as f64)),
-        ]
-        .into_iter()
-        .filter_map(|((name, help), value)| {
-            let kind = if name == CPU.0 {
-                MetricType::COUNTER
-            } else {
-                MetricType::GAUGE
-            };
-            family(name, help, kind, [(Vec::new(), value?)])
-        })
-        .collect()
+        // in the order of FAMILIES
+        let values = [
+            stat.map(|s| s.cpu_ticks as f64 / self.ticks_per_second),
+            self.fd_dir.as_ref().and_then(FdDir::count),
+            max_fds(),
+            stat.map(|s| s.vsize_bytes as f64),
+            stat.map(|s| s.rss_pages as f64 * self.page_bytes),
+            self.start_time,
+            stat.map(|s| s.threads as f64),
+        ];
+        for ((lines, (name, _)), value) in out.iter_mut().zip(FAMILIES).zip(values) {
+            if let Some(value) = value {
+                exposition::sample(lines, name, "", "", Value::Float(value));
+            }
+        }
     }
 }
 
@@ -260,7 +250,7 @@ mod tests {
 
     #[test]
     fn exports_the_agents_own_figures() {
-        let registry = prometheus::Registry::new();
+        let registry = crate::export::registry::Registry::new();
         registry
             .register(Box::new(ProcessCollector::new()))
             .unwrap();

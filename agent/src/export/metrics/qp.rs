@@ -6,8 +6,8 @@ use std::{
     time::Duration,
 };
 
+use crate::export::registry::{IntCounterVec, IntGauge, IntGaugeVec};
 use fnv::FnvHashMap;
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec};
 use qpwatch_common::QpOrigin;
 
 use super::{
@@ -103,7 +103,7 @@ impl QpMetrics {
                     &[],
                     &buckets.dwell,
                 )
-                .with_label_values(&[]),
+                .with_label_values::<&str>(&[]),
             lifetime: r
                 .duration_histogram_vec(
                     "qpwatch_qp_lifetime_seconds",
@@ -111,7 +111,7 @@ impl QpMetrics {
                     &[],
                     &buckets.lifetime,
                 )
-                .with_label_values(&[]),
+                .with_label_values::<&str>(&[]),
             modify_errors: r.counter_vec(
                 "qpwatch_qp_modify_errors_total",
                 "Modify calls that failed, by requested state and errno.",

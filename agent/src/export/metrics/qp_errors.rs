@@ -1,7 +1,7 @@
 //! Why QPs die: the async events their consumers receive, the completions
 //! in error, and every entry into ERR with its cause.
 
-use prometheus::IntCounterVec;
+use crate::export::registry::IntCounterVec;
 
 use super::Registrar;
 use crate::kernel::rdma::QpType;

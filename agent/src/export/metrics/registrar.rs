@@ -7,9 +7,9 @@
 //! every test building a `Metrics` catches.
 
 use super::durations::DurationHistogramVec;
-use prometheus::{
-    core::Collector, Counter, CounterVec, Gauge, Histogram, HistogramOpts, HistogramVec,
-    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+use crate::export::registry::{
+    Collector, Counter, CounterVec, Error, Gauge, Histogram, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, MetricVec, Registry, Series,
 };
 
 pub struct Registrar<'a> {
@@ -23,11 +23,11 @@ impl<'a> Registrar<'a> {
     }
 
     /// Registers any collector; fails if one of its names is taken.
-    pub fn try_register(&mut self, collector: Box<dyn Collector>) -> prometheus::Result<()> {
+    pub fn try_register(&mut self, collector: Box<dyn Collector>) -> Result<(), Error> {
         let names: Vec<String> = collector
-            .desc()
+            .descs()
             .iter()
-            .map(|desc| desc.fq_name.clone())
+            .map(|desc| desc.name().to_owned())
             .collect();
         self.registry.register(collector)?;
         self.families.extend(names);
@@ -40,42 +40,45 @@ impl<'a> Registrar<'a> {
         metric
     }
 
+    /// One series without labels, always exposed.
+    fn single<S: Series>(&mut self, family: Result<MetricVec<S>, Error>) -> S {
+        self.register(family.expect("valid metric"))
+            .with_label_values::<&str>(&[])
+    }
+
     pub fn counter(&mut self, name: &str, help: &str) -> IntCounter {
-        self.register(IntCounter::new(name, help).expect("valid metric"))
+        self.single(IntCounterVec::new(name, help, &[]))
     }
 
     pub fn counter_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+        self.register(IntCounterVec::new(name, help, labels).expect("valid metric"))
     }
 
     /// A counter of fractional values (seconds).
     pub fn float_counter(&mut self, name: &str, help: &str) -> Counter {
-        self.register(Counter::new(name, help).expect("valid metric"))
+        self.single(CounterVec::new(name, help, &[]))
     }
 
     /// A counter of fractional values (seconds), by label.
     pub fn float_counter_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
-        self.register(CounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+        self.register(CounterVec::new(name, help, labels).expect("valid metric"))
     }
 
     pub fn gauge(&mut self, name: &str, help: &str) -> IntGauge {
-        self.register(IntGauge::new(name, help).expect("valid metric"))
+        self.single(IntGaugeVec::new(name, help, &[]))
     }
 
     /// A gauge of fractional values (a Unix time).
     pub fn float_gauge(&mut self, name: &str, help: &str) -> Gauge {
-        self.register(Gauge::new(name, help).expect("valid metric"))
+        self.single(MetricVec::<Gauge>::new(name, help, &[]))
     }
 
     pub fn gauge_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-        self.register(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"))
+        self.register(IntGaugeVec::new(name, help, labels).expect("valid metric"))
     }
 
     pub fn histogram(&mut self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
-        self.register(
-            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-                .expect("valid metric"),
-        )
+        self.single(HistogramVec::histogram(name, help, &[], buckets))
     }
 
     /// Durations by label values, for the per-event path ([`DurationHistogramVec`]).
@@ -83,10 +86,12 @@ impl<'a> Registrar<'a> {
         &mut self,
         name: &str,
         help: &str,
-        labels: &[&'static str],
+        labels: &[&str],
         buckets: &[f64],
     ) -> DurationHistogramVec {
-        self.register(DurationHistogramVec::new(name, help, labels, buckets).expect("valid metric"))
+        self.register(
+            DurationHistogramVec::durations(name, help, labels, buckets).expect("valid metric"),
+        )
     }
 
     pub fn histogram_vec(
@@ -96,12 +101,6 @@ impl<'a> Registrar<'a> {
         labels: &[&str],
         buckets: &[f64],
     ) -> HistogramVec {
-        self.register(
-            HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                labels,
-            )
-            .expect("valid metric"),
-        )
+        self.register(HistogramVec::histogram(name, help, labels, buckets).expect("valid metric"))
     }
 }

@@ -1,7 +1,7 @@
 //! The probe responder: its connections, the requests it refused, the
 //! messages it echoed and those it dropped.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use crate::export::registry::{IntCounter, IntCounterVec, IntGauge};
 use rdma_probe::{MalformedProbe, ResponderStats};
 
 use super::Registrar;

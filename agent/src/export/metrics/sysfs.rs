@@ -15,9 +15,8 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use prometheus::proto::{MetricFamily, MetricType};
-
-use super::{family::family, sysfs_reads::SysfsReadMetrics};
+use super::{family::samples, sysfs_reads::SysfsReadMetrics};
+use crate::export::exposition::Value;
 use crate::model::qp::OTHER;
 
 /// The names in `dir`, none if it cannot be read.
@@ -265,21 +264,20 @@ pub(super) fn sanitize(name: &str) -> String {
         .collect()
 }
 
-/// A counter family of `(labels, value)` samples; labels in name order.
-/// `None` without samples: a family with no series is left out.
-pub(super) fn counter_family(
+/// Appends the lines of a counter family's `(labels, value)` samples;
+/// labels in name order.
+pub(super) fn counter_samples(
+    out: &mut String,
     name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, u64)>,
-) -> Option<MetricFamily> {
-    family(
+    counters: impl IntoIterator<Item = (Vec<(&'static str, String)>, u64)>,
+) {
+    samples(
+        out,
         name,
-        help,
-        MetricType::COUNTER,
-        samples
+        counters
             .into_iter()
-            .map(|(labels, value)| (labels, value as f64)),
-    )
+            .map(|(labels, value)| (labels, Value::Unsigned(value))),
+    );
 }
 
 #[cfg(test)]
@@ -293,7 +291,7 @@ mod tests {
         let hw = dir.path().join("rxe0/ports/1/hw_counters");
         fs::create_dir_all(&hw).unwrap();
         fs::write(hw.join("sent_pkts"), "1\n").unwrap();
-        let registry = prometheus::Registry::new();
+        let registry = crate::export::registry::Registry::new();
         let mut families = Vec::new();
         let mut r = Registrar::new(&registry, &mut families);
         let collector = DeviceCounters::new(dir.path(), 64);

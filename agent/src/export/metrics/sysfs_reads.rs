@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus::{Counter, Gauge, IntCounter};
+use crate::export::registry::{Counter, Gauge, IntCounter};
 
 use super::Registrar;
 
