@@ -53,9 +53,9 @@ pub(crate) type ScrapeHook = Box<dyn Fn(LockWait) -> bool + Send + Sync>;
 
 /// A render that took longer than this is done on the blocking pool until
 /// one is quick again: the event loop it would hold up also drains the ring
-/// buffers. The QP agent's renders in about 40 µs natively
+/// buffers. The QP agent's renders in 20 to 30 µs natively
 /// (`benches/pipeline.rs`), and a whole scrape at 10,000 live QPs takes
-/// about 4 ms under emulation; a mesh of 1,000 targets (11 MB) takes far
+/// about 5 ms under emulation; a mesh of 1,000 targets (11 MB) takes far
 /// longer.
 const INLINE_RENDER_LIMIT: Duration = Duration::from_millis(10);
 

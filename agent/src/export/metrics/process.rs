@@ -2,7 +2,7 @@
 //! families Prometheus's client libraries export. A scrape reads them with
 //! one `pread` of a kept-open `/proc/self/stat`, one `fstat` of
 //! `/proc/self/fd` (from Linux 6.2 on; a listing of it before) and
-//! `getrlimit` (3 system calls; 6 with the listing); the prometheus crate's
+//! `getrlimit` (3 system calls; 7 with the listing); the prometheus crate's
 //! collector also opened `/proc/PID` and read and parsed `/proc/PID/limits`
 //! each time, and counted CPU time in whole seconds.
 
@@ -135,8 +135,9 @@ fn read_stat(file: &File) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
-/// `/proc/self/fd`, kept open and listed again from its start at each
-/// scrape (its own descriptor is counted, as it was when opened per scrape).
+/// `/proc/self/fd`, kept open; its size read, or (before Linux 6.2) its
+/// entries listed again from its start, at each scrape. Its own descriptor
+/// is counted either way, as it was when opened per scrape.
 struct FdDir(Mutex<OwnedFd>);
 
 impl FdDir {
@@ -164,7 +165,7 @@ impl FdDir {
 
     /// Counts the entries of the directory, read from its start.
     fn list(fd: libc::c_int) -> Option<f64> {
-        // SAFETY: lseek on a descriptor this struct owns.
+        // SAFETY: lseek on an open descriptor the caller holds.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
             return None;
         }

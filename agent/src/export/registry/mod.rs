@@ -13,7 +13,10 @@ mod metric;
 mod tests;
 mod vec;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc, Mutex, PoisonError, RwLock,
+};
 
 pub use metric::{Counter, Gauge, Histogram, HistogramBounds, IntCounter, IntGauge};
 pub use vec::{CounterVec, HistogramVec, IntCounterVec, IntGaugeVec, MetricVec, Series};
@@ -102,15 +105,26 @@ pub trait Collector: Send + Sync {
 /// The collectors of one exposition. Clones share it; the collectors go with
 /// the last clone.
 #[derive(Clone, Default)]
-pub struct Registry(Arc<Mutex<Inner>>);
+pub struct Registry(Arc<Shared>);
 
 #[derive(Default)]
-struct Inner {
+struct Shared {
+    /// Read by every render, renders at once included (as the crate's
+    /// gather): a render that waits on the blocking pool must not hold up
+    /// one on the event loop.
+    families: RwLock<Families>,
+    /// Each collector's line buffers, kept from one render to the next; a
+    /// render that finds them taken uses new ones.
+    spare: Mutex<Vec<Vec<String>>>,
+    /// The last exposition's length, to size the next one's buffer.
+    last_len: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Families {
     collectors: Vec<Registered>,
     /// (collector, family) in the order of the families' names
     order: Vec<(usize, usize)>,
-    /// The last exposition's length, to size the next one's buffer.
-    last_len: usize,
 }
 
 struct Registered {
@@ -118,9 +132,11 @@ struct Registered {
     names: Vec<String>,
     /// `# HELP` and `# TYPE` of each family, written once.
     headers: Vec<String>,
-    /// Each family's lines at the last exposition, the buffers kept.
-    lines: Vec<String>,
 }
+
+/// A family's lines whose buffer grew past this are not kept for the next
+/// render (a large mesh's): the memory goes back between scrapes.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
 impl Registry {
     pub fn new() -> Self {
@@ -129,10 +145,14 @@ impl Registry {
 
     /// Fails if one of its families' names is taken.
     pub fn register(&self, collector: Box<dyn Collector>) -> Result<(), Error> {
-        let mut inner = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut families = self
+            .0
+            .families
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         let descs = collector.descs();
         for (i, desc) in descs.iter().enumerate() {
-            let taken = inner
+            let taken = families
                 .collectors
                 .iter()
                 .flat_map(|r| &r.names)
@@ -147,17 +167,13 @@ impl Registry {
             .iter()
             .map(|d| exposition::header(&d.name, &d.help, d.kind))
             .collect();
-        let lines = vec![String::new(); descs.len()];
         drop(descs);
-        inner.collectors.push(Registered {
+        families.collectors.push(Registered {
             collector,
             names,
             headers,
-            lines,
         });
-        let Inner {
-            collectors, order, ..
-        } = &mut *inner;
+        let Families { collectors, order } = &mut *families;
         order.clear();
         for (c, registered) in collectors.iter().enumerate() {
             order.extend((0..registered.names.len()).map(|f| (c, f)));
@@ -170,25 +186,34 @@ impl Registry {
 
     /// The exposition of every registered family, in the text format.
     pub fn render(&self) -> String {
-        let mut inner = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let Inner {
-            collectors,
-            order,
-            last_len,
-        } = &mut *inner;
-        for registered in collectors.iter_mut() {
-            registered.lines.iter_mut().for_each(String::clear);
-            registered.collector.collect(&mut registered.lines);
+        let families = self
+            .0
+            .families
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut lines =
+            std::mem::take(&mut *self.0.spare.lock().unwrap_or_else(PoisonError::into_inner));
+        lines.resize_with(families.collectors.len(), Vec::new);
+        for (registered, lines) in families.collectors.iter().zip(lines.iter_mut()) {
+            lines.resize_with(registered.names.len(), String::new);
+            lines.iter_mut().for_each(String::clear);
+            registered.collector.collect(lines);
         }
-        let mut out = String::with_capacity(*last_len + 4096);
-        for &(c, f) in order.iter() {
-            let registered = &collectors[c];
-            if !registered.lines[f].is_empty() {
-                out.push_str(&registered.headers[f]);
-                out.push_str(&registered.lines[f]);
+        let mut out = String::with_capacity(self.0.last_len.load(Ordering::Relaxed) + 4096);
+        for &(c, f) in &families.order {
+            if !lines[c][f].is_empty() {
+                out.push_str(&families.collectors[c].headers[f]);
+                out.push_str(&lines[c][f]);
             }
         }
-        *last_len = out.len();
+        drop(families);
+        self.0.last_len.store(out.len(), Ordering::Relaxed);
+        for buffer in lines.iter_mut().flatten() {
+            if buffer.capacity() > KEPT_BUFFER_BYTES {
+                *buffer = String::new();
+            }
+        }
+        *self.0.spare.lock().unwrap_or_else(PoisonError::into_inner) = lines;
         out
     }
 }

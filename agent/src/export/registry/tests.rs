@@ -360,3 +360,65 @@ fn the_collectors_go_with_the_last_clone() {
     drop(clone);
     assert!(alive.upgrade().is_none());
 }
+
+/// Waits, on its first collection only, until the test lets it go.
+struct FirstWaits {
+    desc: Desc,
+    first: std::sync::atomic::AtomicBool,
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Collector for FirstWaits {
+    fn descs(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self, out: &mut [String]) {
+        if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.go.lock().unwrap().recv().unwrap();
+        }
+        out[0].push_str("waits 1\n");
+    }
+}
+
+/// A render on the blocking pool must not hold up one on the event loop.
+#[test]
+fn renders_run_at_once() {
+    let registry = Registry::new();
+    let (entered, has_entered) = std::sync::mpsc::channel();
+    let (go, wait) = std::sync::mpsc::channel();
+    registry
+        .register(Box::new(FirstWaits {
+            desc: Desc::new("waits", "h", Kind::Gauge, &[]).unwrap(),
+            first: true.into(),
+            entered: entered.into(),
+            go: wait.into(),
+        }))
+        .unwrap();
+    let counted = IntCounterVec::new("x_total", "h", &[]).unwrap();
+    registry.register(Box::new(counted.clone())).unwrap();
+    counted.with_label_values::<&str>(&[]).inc();
+    let slow = {
+        let registry = registry.clone();
+        std::thread::spawn(move || registry.render())
+    };
+    has_entered.recv().unwrap();
+    let (done, quick) = std::sync::mpsc::channel();
+    {
+        let registry = registry.clone();
+        std::thread::spawn(move || done.send(registry.render()));
+    }
+    let quick = quick.recv_timeout(std::time::Duration::from_secs(30));
+    assert!(!slow.is_finished());
+    go.send(()).unwrap();
+    let quick = quick.expect("a render while another one waits");
+    assert_eq!(slow.join().unwrap(), quick);
+    assert_eq!(
+        quick,
+        "# HELP waits h\n# TYPE waits gauge\nwaits 1\n# HELP x_total h\n# TYPE x_total counter\nx_total 1\n"
+    );
+    // and the buffers kept after both
+    assert_eq!(registry.render(), quick);
+}

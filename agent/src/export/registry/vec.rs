@@ -214,6 +214,7 @@ impl<S: Series> MetricVec<S> {
     }
 
     /// Removes the series of these label values; whether there was one.
+    /// Panics if there are not as many values as labels.
     pub fn remove_label_values<V: AsRef<str>>(&self, values: &[V]) -> bool {
         let hash = self.hash(values);
         let mut table = self
