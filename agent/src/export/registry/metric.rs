@@ -27,19 +27,6 @@ impl IntCounter {
     }
 }
 
-impl Series for IntCounter {
-    type Options = ();
-    const KIND: Kind = Kind::Counter;
-
-    fn create(_: &()) -> Self {
-        Self::default()
-    }
-
-    fn write(&self, name: &str, labels: &str, out: &mut String) {
-        exposition::sample(out, name, "", labels, Value::Unsigned(self.get()));
-    }
-}
-
 /// A counter of fractional values (seconds).
 #[derive(Clone, Default)]
 pub struct Counter(Arc<AtomicU64>);
@@ -53,19 +40,6 @@ impl Counter {
 
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-}
-
-impl Series for Counter {
-    type Options = ();
-    const KIND: Kind = Kind::Counter;
-
-    fn create(_: &()) -> Self {
-        Self::default()
-    }
-
-    fn write(&self, name: &str, labels: &str, out: &mut String) {
-        exposition::sample(out, name, "", labels, Value::Float(self.get()));
     }
 }
 
@@ -105,19 +79,6 @@ impl IntGauge {
     }
 }
 
-impl Series for IntGauge {
-    type Options = ();
-    const KIND: Kind = Kind::Gauge;
-
-    fn create(_: &()) -> Self {
-        Self::default()
-    }
-
-    fn write(&self, name: &str, labels: &str, out: &mut String) {
-        exposition::sample(out, name, "", labels, Value::Signed(self.get()));
-    }
-}
-
 /// A gauge of fractional values (a Unix time).
 #[derive(Clone, Default)]
 pub struct Gauge(Arc<AtomicU64>);
@@ -132,17 +93,29 @@ impl Gauge {
     }
 }
 
-impl Series for Gauge {
-    type Options = ();
-    const KIND: Kind = Kind::Gauge;
+/// A series of one value, made at 0, written as `NAME{LABELS} VALUE`.
+macro_rules! single_value_series {
+    ($($series:ident: $kind:ident, $value:ident;)*) => {$(
+        impl Series for $series {
+            type Options = ();
+            const KIND: Kind = Kind::$kind;
 
-    fn create(_: &()) -> Self {
-        Self::default()
-    }
+            fn create(_: &()) -> Self {
+                Self::default()
+            }
 
-    fn write(&self, name: &str, labels: &str, out: &mut String) {
-        exposition::sample(out, name, "", labels, Value::Float(self.get()));
-    }
+            fn write(&self, name: &str, labels: &str, out: &mut String) {
+                exposition::sample(out, name, "", labels, Value::$value(self.get()));
+            }
+        }
+    )*};
+}
+
+single_value_series! {
+    IntCounter: Counter, Unsigned;
+    Counter: Counter, Float;
+    IntGauge: Gauge, Signed;
+    Gauge: Gauge, Float;
 }
 
 /// A histogram's upper bounds, and their text for `le`.
