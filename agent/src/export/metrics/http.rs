@@ -135,8 +135,7 @@ mod tests {
     #[test]
     fn the_certificate_expiry_has_a_series_only_with_tls() {
         let registry = Registry::new();
-        let mut names = Vec::new();
-        let http = HttpMetrics::new(&mut Registrar::new(&registry, &mut names));
+        let http = HttpMetrics::new(&mut Registrar::new(&registry));
         let text = || crate::export::metrics::render(&registry);
         let series = "qpwatch_http_tls_cert_expiry_timestamp_seconds ";
         assert!(!text().contains(series));

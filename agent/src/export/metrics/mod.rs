@@ -49,8 +49,6 @@ use crate::model::qp::{Observation, Observer};
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    /// Names of the registered families, in registration order.
-    families: Vec<String>,
     pub qp: qp::QpMetrics,
     pub qp_errors: qp_errors::QpErrorMetrics,
     pub cm: cm::CmMetrics,
@@ -76,8 +74,7 @@ impl Metrics {
     /// after `target` (fixed for the registry's life).
     pub fn with_target_labels(buckets: &Buckets, kernel: &str, target_labels: &[String]) -> Self {
         let registry = Registry::new();
-        let mut families = Vec::new();
-        let mut r = Registrar::new(&registry, &mut families);
+        let mut r = Registrar::new(&registry);
         build_info::register(&mut r, kernel);
         process::register(&mut r);
         let qp = qp::QpMetrics::new(&mut r, buckets);
@@ -93,7 +90,6 @@ impl Metrics {
         let http = http::HttpMetrics::new(&mut r);
         Metrics {
             registry,
-            families,
             qp,
             qp_errors,
             cm,
@@ -123,7 +119,7 @@ impl Metrics {
         let ib_cm = ib_cm::IbCmCounters::new(&dir, max_devices);
         let devices = device_counters::DeviceCounters::new(dir, max_devices);
         let sources = vec![ib_cm.source(), devices.source()];
-        let mut r = Registrar::new(&self.registry, &mut self.families);
+        let mut r = Registrar::new(&self.registry);
         r.try_register(Box::new(ib_cm))?;
         r.try_register(Box::new(devices))?;
         let reads = sysfs_reads::SysfsReadMetrics::new(&mut r);
@@ -131,9 +127,10 @@ impl Metrics {
         Ok(())
     }
 
-    /// The names of the registered metric families (`process_*` included).
-    pub fn families(&self) -> &[String] {
-        &self.families
+    /// The names of the registered metric families (`process_*` included),
+    /// in registration order.
+    pub fn families(&self) -> Vec<String> {
+        self.registry.names()
     }
 }
 

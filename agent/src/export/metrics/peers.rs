@@ -142,9 +142,8 @@ mod tests {
     #[test]
     fn a_series_goes_with_its_last_qp_and_comes_back_with_the_next() {
         let registry = Registry::new();
-        let mut names = Vec::new();
-        let metrics = PeerMetrics::new(&mut Registrar::new(&registry, &mut names));
-        assert_eq!(names, ["qpwatch_peers", "qpwatch_peer_qps"]);
+        let metrics = PeerMetrics::new(&mut Registrar::new(&registry));
+        assert_eq!(registry.names(), ["qpwatch_peers", "qpwatch_peer_qps"]);
         metrics.peers("rxe0", 1);
         metrics.peer_qps("rxe0", "198.18.0.2", 1);
         metrics.peer_qps("rxe0", "198.18.0.2", 1);

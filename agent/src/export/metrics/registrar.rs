@@ -1,8 +1,8 @@
 //! Registration of the metric families on the agent's registry.
 //!
 //! Every family file builds its metrics through a [`Registrar`], which
-//! registers them and remembers their names: [`super::Metrics::families`]
-//! lists what is registered (a test holds README.md to it). The constructors
+//! registers them; [`super::Metrics::families`] lists what the registry
+//! holds (a test holds README.md to it). The constructors
 //! panic on an invalid or duplicate metric: both are programming errors that
 //! every test building a `Metrics` catches.
 
@@ -14,24 +14,16 @@ use crate::export::registry::{
 
 pub struct Registrar<'a> {
     registry: &'a Registry,
-    families: &'a mut Vec<String>,
 }
 
 impl<'a> Registrar<'a> {
-    pub(super) fn new(registry: &'a Registry, families: &'a mut Vec<String>) -> Self {
-        Self { registry, families }
+    pub(super) fn new(registry: &'a Registry) -> Self {
+        Self { registry }
     }
 
     /// Registers any collector; fails if one of its names is taken.
     pub fn try_register(&mut self, collector: Box<dyn Collector>) -> Result<(), Error> {
-        let names: Vec<String> = collector
-            .descs()
-            .iter()
-            .map(|desc| desc.name().to_owned())
-            .collect();
-        self.registry.register(collector)?;
-        self.families.extend(names);
-        Ok(())
+        self.registry.register(collector)
     }
 
     fn register<C: Collector + Clone + 'static>(&mut self, metric: C) -> C {

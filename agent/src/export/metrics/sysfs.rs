@@ -292,8 +292,7 @@ mod tests {
         fs::create_dir_all(&hw).unwrap();
         fs::write(hw.join("sent_pkts"), "1\n").unwrap();
         let registry = crate::export::registry::Registry::new();
-        let mut families = Vec::new();
-        let mut r = Registrar::new(&registry, &mut families);
+        let mut r = Registrar::new(&registry);
         let collector = DeviceCounters::new(dir.path(), 64);
         let source = collector.source();
         r.try_register(Box::new(collector)).unwrap();

@@ -625,7 +625,7 @@ fn all_families() -> Vec<String> {
     let mut m = Metrics::new(&Buckets::default(), "k");
     m.register_sysfs_counters("/nonexistent", 1, std::time::Duration::from_secs(5))
         .expect("registered once");
-    m.families().to_vec()
+    m.families()
 }
 
 /// The README's `## Metrics` section, up to the next `## ` heading.

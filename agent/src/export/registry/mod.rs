@@ -184,6 +184,20 @@ impl Registry {
         Ok(())
     }
 
+    /// The names of the registered families, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        let families = self
+            .0
+            .families
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        families
+            .collectors
+            .iter()
+            .flat_map(|r| r.names.iter().cloned())
+            .collect()
+    }
+
     /// The exposition of every registered family, in the text format.
     pub fn render(&self) -> String {
         let families = self
