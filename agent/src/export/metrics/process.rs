@@ -1,10 +1,14 @@
 //! `process_*`: CPU, memory, threads and file descriptors of the agent, the
 //! families Prometheus's client libraries export. A scrape reads them with
 //! one `pread` of a kept-open `/proc/self/stat`, one `fstat` of
-//! `/proc/self/fd` (from Linux 6.2 on; a listing of it before) and
-//! `getrlimit` (3 system calls; 7 with the listing); the prometheus crate's
-//! collector also opened `/proc/PID` and read and parsed `/proc/PID/limits`
-//! each time, and counted CPU time in whole seconds.
+//! `/proc/self/fd` (from Linux 6.2 on) and `getrlimit`: 3 system calls.
+//! Before 6.2 the descriptors can only be listed, which costs a dentry
+//! lookup per descriptor (`proc_readfd_common()`), and the agent holds about
+//! 200 of them: a thread of the collector's own lists them every
+//! [`OPEN_FDS_RECOUNT`] instead, and a scrape exports its last count.
+//! The prometheus crate's collector also opened `/proc/PID` and read and
+//! parsed `/proc/PID/limits` each time, and counted CPU time in whole
+//! seconds.
 
 use std::{
     fs::{self, File},
@@ -12,7 +16,12 @@ use std::{
         fd::{AsRawFd, OwnedFd},
         unix::fs::FileExt,
     },
-    sync::Mutex,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::Duration,
 };
 
 use super::Registrar;
@@ -89,7 +98,7 @@ fn boot_time(proc_stat: &str) -> Option<u64> {
 
 struct ProcessCollector {
     stat: Option<File>,
-    fd_dir: Option<FdDir>,
+    open_fds: Option<OpenFds>,
     ticks_per_second: f64,
     page_bytes: f64,
     start_time: Option<f64>,
@@ -120,7 +129,7 @@ impl ProcessCollector {
             .collect();
         Self {
             stat,
-            fd_dir: FdDir::open(),
+            open_fds: OpenFds::new(),
             ticks_per_second,
             page_bytes,
             start_time,
@@ -135,9 +144,63 @@ fn read_stat(file: &File) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
-/// `/proc/self/fd`, kept open; its size read, or (before Linux 6.2) its
-/// entries listed again from its start, at each scrape. Its own descriptor
-/// is counted either way, as it was when opened per scrape.
+/// How often the open descriptors are listed where the kernel gives no count
+/// (before Linux 6.2): `process_open_fds` is at most this old there.
+pub const OPEN_FDS_RECOUNT: Duration = Duration::from_secs(5);
+
+/// `process_open_fds`: the size of `/proc/self/fd` at each scrape, or where
+/// the kernel reports none, the last count of a thread listing it.
+struct OpenFds {
+    dir: Arc<FdDir>,
+    /// The listing thread's last count (`f64` bits; NaN: the listing failed).
+    listed: Option<Arc<AtomicU64>>,
+}
+
+impl OpenFds {
+    fn new() -> Option<Self> {
+        let dir = Arc::new(FdDir::open()?);
+        if dir.size().is_some() {
+            return Some(Self { dir, listed: None });
+        }
+        Some(Self::listed_every(dir, OPEN_FDS_RECOUNT))
+    }
+
+    /// Counts listed by a thread every `interval`, until `self` is dropped.
+    fn listed_every(dir: Arc<FdDir>, interval: Duration) -> Self {
+        let listed = Arc::new(AtomicU64::new(count_bits(dir.list())));
+        let (until_dropped, lister) = (Arc::downgrade(&listed), Arc::clone(&dir));
+        let spawned = thread::Builder::new()
+            .name("open-fds".to_owned())
+            .spawn(move || loop {
+                thread::sleep(interval);
+                let Some(listed) = until_dropped.upgrade() else {
+                    return;
+                };
+                listed.store(count_bits(lister.list()), Ordering::Relaxed);
+            });
+        // without its thread, each scrape lists the directory itself
+        Self {
+            dir,
+            listed: spawned.is_ok().then_some(listed),
+        }
+    }
+
+    fn count(&self) -> Option<f64> {
+        match &self.listed {
+            Some(listed) => {
+                Some(f64::from_bits(listed.load(Ordering::Relaxed))).filter(|n| !n.is_nan())
+            }
+            None => self.dir.count(),
+        }
+    }
+}
+
+fn count_bits(count: Option<f64>) -> u64 {
+    count.unwrap_or(f64::NAN).to_bits()
+}
+
+/// `/proc/self/fd`, kept open. Its own descriptor is counted, as it was when
+/// opened per scrape.
 struct FdDir(Mutex<OwnedFd>);
 
 impl FdDir {
@@ -146,25 +209,28 @@ impl FdDir {
         Some(Self(Mutex::new(dir.into())))
     }
 
-    fn count(&self) -> Option<f64> {
+    /// The directory's size, which from Linux 6.2 on is the number of open
+    /// descriptors (`proc_fd_getattr()` in fs/proc/fd.c); before, it is 0.
+    fn size(&self) -> Option<f64> {
         let dir = self.0.lock().ok()?;
-        let fd = dir.as_raw_fd();
-        // From Linux 6.2 on, the directory's size is the number of open
-        // descriptors (`proc_fd_getattr()` in fs/proc/fd.c); before, it is 0.
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: fstat writes a `struct stat` into the buffer it is given.
-        if unsafe { libc::fstat(fd, st.as_mut_ptr()) } == 0 {
-            // SAFETY: fstat succeeded, so it filled the struct.
-            let size = unsafe { st.assume_init() }.st_size;
-            if size > 0 {
-                return Some(size as f64);
-            }
+        if unsafe { libc::fstat(dir.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            return None;
         }
-        Self::list(fd)
+        // SAFETY: fstat succeeded, so it filled the struct.
+        let size = unsafe { st.assume_init() }.st_size;
+        (size > 0).then_some(size as f64)
+    }
+
+    fn count(&self) -> Option<f64> {
+        self.size().or_else(|| self.list())
     }
 
     /// Counts the entries of the directory, read from its start.
-    fn list(fd: libc::c_int) -> Option<f64> {
+    fn list(&self) -> Option<f64> {
+        let dir = self.0.lock().ok()?;
+        let fd = dir.as_raw_fd();
         // SAFETY: lseek on an open descriptor the caller holds.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
             return None;
@@ -228,7 +294,7 @@ impl Collector for ProcessCollector {
         // in the order of FAMILIES
         let values = [
             stat.map(|s| s.cpu_ticks as f64 / self.ticks_per_second),
-            self.fd_dir.as_ref().and_then(FdDir::count),
+            self.open_fds.as_ref().and_then(OpenFds::count),
             max_fds(),
             stat.map(|s| s.vsize_bytes as f64),
             stat.map(|s| s.rss_pages as f64 * self.page_bytes),
@@ -300,12 +366,17 @@ mod tests {
         );
     }
 
+    /// Held by the tests that open hundreds of descriptors, which would
+    /// upset each other's counts.
+    static MANY_FDS: Mutex<()> = Mutex::new(());
+
     /// Both ways of counting: the directory's size where the kernel gives
     /// it (the host's), and its listing.
     #[test]
     fn counts_open_descriptors_past_one_listing_buffer() {
+        let _one_at_a_time = MANY_FDS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = FdDir::open().unwrap();
-        let listed = || FdDir::list(dir.0.lock().unwrap().as_raw_fd()).unwrap();
+        let listed = || dir.list().unwrap();
         let counts = || [dir.count().unwrap(), listed()];
         let before = counts();
         assert!(before[1] >= 4.0, "{before:?}");
@@ -329,5 +400,39 @@ mod tests {
             assert!((during[way] - during[1 - way]).abs() <= 30.0, "{during:?}");
         }
         assert_eq!(dirent_names(&[]), 0);
+    }
+
+    /// The way of kernels before 6.2 (the guest's): a thread's listing,
+    /// which follows the descriptors and stops with the collector.
+    #[test]
+    fn a_listing_thread_counts_until_dropped() {
+        let _one_at_a_time = MANY_FDS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = Arc::new(FdDir::open().unwrap());
+        let open_fds = OpenFds::listed_every(Arc::clone(&dir), Duration::from_millis(20));
+        let near = |a: f64, b: f64| (a - b).abs() <= 30.0;
+        let before = open_fds.count().unwrap();
+        assert!(near(before, dir.list().unwrap()), "{before}");
+        let files: Vec<File> = (0..300)
+            .map(|_| File::open("/proc/self/stat").unwrap())
+            .collect();
+        let waited = (0..250).find(|_| {
+            thread::sleep(Duration::from_millis(20));
+            near(open_fds.count().unwrap(), before + 300.0)
+        });
+        assert!(
+            waited.is_some(),
+            "{} after {before}",
+            open_fds.count().unwrap()
+        );
+        drop(files);
+        drop(open_fds);
+        let stopped = (0..250).find(|_| {
+            thread::sleep(Duration::from_millis(20));
+            Arc::strong_count(&dir) == 1
+        });
+        assert!(
+            stopped.is_some(),
+            "the listing thread still holds the directory"
+        );
     }
 }
