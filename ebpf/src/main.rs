@@ -146,16 +146,46 @@ pub(crate) fn read_device_name(device: u64, offsets: &KernelOffsets, out: &mut [
     let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, out) };
 }
 
-/// The current task's name, written in place: the helper zero-fills `out` on
-/// failure, and a returned array (`helpers::bpf_get_current_comm`) would be
-/// copied byte by byte out of its `Result`.
+/// `task_struct.comm`'s offset in the running kernel (vmlinux BTF), 0 where
+/// the agent did not find it. Set before load; read-only, so the verifier
+/// knows it as a constant.
+#[no_mangle]
+static TASK_COMM_OFFSET: Global<u32> = Global::new(0);
+
+/// The current task's name, written in place (8-byte aligned, as in every
+/// record): two loads from the task, where the kernel's BTF gave the field's
+/// offset, instead of `bpf_get_current_comm()`'s `strscpy()`. The kernel pads
+/// `comm` with zeros (`__set_task_comm()`: `strscpy_pad()`), so both give the
+/// same 16 bytes.
 #[inline(always)]
 pub(crate) fn current_comm(out: &mut [u8; COMM_LEN]) {
-    // SAFETY: the helper writes at most COMM_LEN bytes into `out`.
-    unsafe {
-        aya_ebpf::helpers::generated::bpf_get_current_comm(out.as_mut_ptr().cast(), COMM_LEN as u32)
+    let offset = TASK_COMM_OFFSET.load();
+    if offset == 0 || !offset.is_multiple_of(8) {
+        // SAFETY: the helper writes at most COMM_LEN bytes into `out`; it
+        // zero-fills `out` on failure, and a returned array
+        // (`helpers::bpf_get_current_comm`) would be copied byte by byte.
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_get_current_comm(
+                out.as_mut_ptr().cast(),
+                COMM_LEN as u32,
+            )
+        };
+        return;
+    }
+    // SAFETY: the current task, a BTF pointer: the verifier checks the loads
+    // against `task_struct` (at the frozen, known offset) and the JIT makes
+    // them fault-safe.
+    let comm = unsafe {
+        let task = aya_ebpf::helpers::generated::bpf_get_current_task_btf().cast::<u8>();
+        task.add(offset as usize).cast::<[u64; 2]>().read_volatile()
     };
+    // SAFETY: `out` is COMM_LEN (16) bytes at an 8-byte aligned offset of an
+    // 8-byte aligned record (asserted below for each record type).
+    unsafe { out.as_mut_ptr().cast::<[u64; 2]>().write(comm) };
 }
+const _: () = assert!(COMM_LEN == 16);
+const _: () = assert!(core::mem::offset_of!(QpEvent, comm) % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(qpwatch_common::CmEvent, comm) % 8 == 0);
 
 #[inline(always)]
 pub(crate) fn count_lost(reason: LostReason) {

@@ -675,6 +675,7 @@ impl Instance {
         offsets: &KernelOffsets,
         cm_offsets: &CmOffsets,
         rxe_offsets: &RxeOffsets,
+        task_comm_offset: u32,
         ring_buffer_bytes: u32,
     ) -> Result<Self, HookError> {
         let wakeup = wakeup_bytes(ring_buffer_bytes);
@@ -682,6 +683,7 @@ impl Instance {
             .override_global("OFFSETS", offsets, true)
             .override_global("CM_OFFSETS", cm_offsets, true)
             .override_global("RXE_OFFSETS", rxe_offsets, true)
+            .override_global("TASK_COMM_OFFSET", &task_comm_offset, true)
             .override_global("WAKEUP_BYTES", &wakeup, true)
             .map_max_entries("EVENTS", ring_buffer_bytes)
             .load(EBPF_OBJECT)?;

@@ -66,6 +66,15 @@ pub const IB_QP_ATTR_AH_FLAGS: FieldSpec = field("ib_core", "ib_qp_attr", "ah_at
 /// `union ib_gid`: 16 raw bytes.
 pub const IB_QP_ATTR_DGID: FieldSpec = field("ib_core", "ib_qp_attr", "ah_attr.grh.dgid", 16);
 
+/// `char comm[TASK_COMM_LEN]`: the programs read the calling task's name
+/// from it directly, without `bpf_get_current_comm()` (optional).
+pub const TASK_COMM: FieldSpec = field(
+    "vmlinux",
+    "task_struct",
+    "comm",
+    qpwatch_common::COMM_LEN as u32,
+);
+
 /// `struct ib_event`: what a QP event handler is given.
 pub const IB_EVENT_ELEMENT: FieldSpec = field("ib_core", "ib_event", "element", 8);
 pub const IB_EVENT_EVENT: FieldSpec = field("ib_core", "ib_event", "event", 4);
@@ -576,6 +585,19 @@ mod tests {
             .to_string();
         assert!(err.contains("ib_core"), "{err}");
         assert!(err.contains("is the module loaded"), "{err}");
+    }
+
+    /// `task_struct.comm` is 16 bytes at an 8-byte aligned offset in the
+    /// running kernel (the host's and the VM's): the programs read it with
+    /// two 8-byte loads.
+    #[test]
+    fn resolves_the_running_kernels_task_comm() {
+        if !Path::new(DEFAULT_BTF_DIR).join("vmlinux").exists() {
+            eprintln!("no vmlinux BTF on this host");
+            return;
+        }
+        let offset = KernelBtf::new(DEFAULT_BTF_DIR).offset(TASK_COMM).unwrap();
+        assert!(offset > 0 && offset.is_multiple_of(8), "{offset}");
     }
 
     /// In the VM (and on any RDMA host) the real ib_core BTF must resolve.

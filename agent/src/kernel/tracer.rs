@@ -27,7 +27,7 @@ use crate::{
     kernel::hooks::{
         all_hooks, attach_instance, Group, Hook, HookStatus, Instance, InstanceKind, KernelCounters,
     },
-    kernel::offsets::{module_generation, KernelBtf},
+    kernel::offsets::{module_generation, KernelBtf, TASK_COMM},
     kernel::rdma::{
         netlink::{self, NetnsMode},
         QpState, QpType,
@@ -396,9 +396,14 @@ impl Tracer {
                 cm
             }
         };
+        let task_comm = self.btf.offset(TASK_COMM).unwrap_or_else(|error| {
+            debug!(%error, "comm read with bpf_get_current_comm()");
+            0
+        });
         info!(
             instance = kind.name(),
             kernel = self.btf.kernel(),
+            task_comm,
             ?offsets,
             ?cm_offsets,
             ?rxe_offsets,
@@ -409,6 +414,7 @@ impl Tracer {
             &offsets,
             &cm_offsets,
             &rxe_offsets,
+            task_comm,
             self.config.ring_buffer_bytes,
         )
         .map_err(|e| format!("{e}: {}", error_chain(&e)))?;

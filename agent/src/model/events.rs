@@ -313,9 +313,19 @@ fn decode_cm(bytes: &[u8]) -> Result<CmCall, DecodeError> {
         user: raw.flags & CM_FLAG_USER != 0,
         has_qp: raw.flags & CM_FLAG_HAS_QP != 0,
         conn_param: raw.flags & CM_FLAG_CONN_PARAM != 0,
-        comm: raw.comm,
+        comm: zero_after_nul(raw.comm),
         device: raw.device,
     })
+}
+
+/// `comm` as the programs copy it from the task: kernels before 5.19 or so
+/// rename a task with `strlcpy()`, which leaves an older name's bytes after
+/// the NUL. Zeroed here, so that one name is one set of bytes.
+fn zero_after_nul(mut comm: [u8; qpwatch_common::COMM_LEN]) -> [u8; qpwatch_common::COMM_LEN] {
+    if let Some(end) = comm.iter().position(|&b| b == 0) {
+        comm[end..].fill(0);
+    }
+    comm
 }
 
 /// Decodes one ring-buffer record.
@@ -366,7 +376,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         remote_gid: (raw.remote & REMOTE_GID != 0).then_some(Gid(raw.remote_gid)),
         remote_qpn: (raw.remote & REMOTE_QPN != 0).then_some(raw.remote_qpn),
         cgroup_id: raw.cgroup_id,
-        comm: raw.comm,
+        comm: zero_after_nul(raw.comm),
         device: raw.device,
     }))
 }
@@ -423,6 +433,19 @@ pub(crate) mod tests {
         assert_eq!(call.comm(), "rping");
         assert_eq!(call.qp_type, QpType::Rc);
         assert_eq!(call.duration(), Duration::from_nanos(250));
+    }
+
+    /// A task renamed with `strlcpy()` (older kernels) keeps its old name's
+    /// tail after the NUL: the agent sees one name either way.
+    #[test]
+    fn comm_is_zeroed_after_its_nul() {
+        let mut e = modify(1, 2);
+        e.comm = *b"rping\0longname12";
+        let call = qp(&raw_bytes(&e)).unwrap();
+        assert_eq!(call.comm(), "rping");
+        assert_eq!(call.comm_bytes(), &modify(1, 2).comm);
+        e.comm = *b"fifteen_letters\0";
+        assert_eq!(qp(&raw_bytes(&e)).unwrap().comm_bytes(), &e.comm);
     }
 
     #[test]
@@ -618,7 +641,10 @@ mod prop {
             prop_assert_eq!(call.cgroup_id, e.cgroup_id);
             prop_assert_eq!(call.duration(), Duration::from_nanos(e.end_ns.saturating_sub(e.start_ns)));
             prop_assert_eq!(call.device_bytes(), &e.device);
-            prop_assert_eq!(call.comm_bytes(), &e.comm);
+            // comm: its bytes up to the first NUL, zeros after
+            let comm_end = e.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+            prop_assert_eq!(&call.comm_bytes()[..comm_end], &e.comm[..comm_end]);
+            prop_assert!(call.comm_bytes()[comm_end..].iter().all(|&b| b == 0));
             // the printable names stop at the first NUL (or are "?")
             let dev_end = e.device.iter().position(|&b| b == 0).unwrap_or(DEVICE_NAME_LEN);
             prop_assert!(call.device() == "?" || call.device().as_bytes() == &e.device[..dev_end]);
