@@ -225,14 +225,81 @@ pub fn qp_modify_ret(ctx: RetProbeContext) -> u32 {
         qp_identity(event, call.object, offsets);
         let (attr, attr_mask) = (call.attr, call.word);
         event.attr_mask = attr_mask;
+        let with_remote = attr_mask & (IB_QP_DEST_QPN_MASK | IB_QP_AV_MASK) != 0;
+        if offsets.peers_valid != 0 && with_remote {
+            if read_attr_head(event, attr, attr_mask, offsets) {
+                return;
+            }
+            read_remote(event, attr, attr_mask, offsets);
+        }
         if attr_mask & IB_QP_STATE_MASK != 0 {
             event.new_state = read_u32(attr, offsets.ib_qp_attr_qp_state);
         }
-        if offsets.peers_valid != 0 {
-            read_remote(event, attr, attr_mask, offsets);
-        }
     });
     0
+}
+
+/// Bytes of `ib_qp_attr` from its start read at once when a modify carries
+/// the remote side: 6.1 keeps every field the return reads within its first
+/// 105 (`qp_state` 0, `dest_qp_num` 28, `ah_attr.grh.dgid` 72,
+/// `ah_attr.ah_flags` 104).
+const ATTR_HEAD_WORDS: usize = 16;
+const ATTR_HEAD: u32 = (ATTR_HEAD_WORDS * 8) as u32;
+const _: () = assert!(core::mem::offset_of!(QpEvent, remote_gid) % 8 == 0);
+
+/// The new state and the remote side of a modify from one read of the head
+/// of its `ib_qp_attr`, instead of one read per field; false, with nothing
+/// written, where the kernel's layout puts a field outside that head or
+/// unaligned. The offsets are constants to the verifier (`OFFSETS` is
+/// read-only and frozen), so every access below has a fixed offset.
+#[inline(always)]
+fn read_attr_head(event: &mut QpEvent, attr: u64, attr_mask: u32, offsets: &KernelOffsets) -> bool {
+    let state = offsets.ib_qp_attr_qp_state;
+    let dest_qpn = offsets.ib_qp_attr_dest_qp_num;
+    let dgid = offsets.ib_qp_attr_dgid;
+    let ah_flags = offsets.ib_qp_attr_ah_flags;
+    let end = (state + 4)
+        .max(dest_qpn + 4)
+        .max(dgid + 16)
+        .max(ah_flags + 1);
+    if end > ATTR_HEAD
+        || !state.is_multiple_of(4)
+        || !dest_qpn.is_multiple_of(4)
+        || !dgid.is_multiple_of(8)
+    {
+        return false;
+    }
+    let mut head = [0u64; ATTR_HEAD_WORDS];
+    let base = head.as_mut_ptr().cast::<u8>();
+    // SAFETY: the helper writes at most `end` ≤ ATTR_HEAD bytes into `head`;
+    // it validates the kernel address and fails instead of faulting.
+    let rc = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            base.cast(),
+            end,
+            attr as *const core::ffi::c_void,
+        )
+    };
+    if rc != 0 {
+        return true;
+    }
+    // SAFETY (the reads below): each lies within the `end` bytes just read,
+    // at the alignment of its type (checked above).
+    let word = |offset: u32| unsafe { *base.add(offset as usize).cast::<u32>() };
+    if attr_mask & IB_QP_STATE_MASK != 0 {
+        event.new_state = word(state);
+    }
+    if attr_mask & IB_QP_DEST_QPN_MASK != 0 {
+        event.remote_qpn = word(dest_qpn);
+        event.remote |= REMOTE_QPN;
+    }
+    if attr_mask & IB_QP_AV_MASK != 0 && unsafe { *base.add(ah_flags as usize) } & IB_AH_GRH != 0 {
+        let gid = unsafe { *base.add(dgid as usize).cast::<[u64; 2]>() };
+        // SAFETY: `remote_gid` is 16 bytes at an 8-byte aligned offset.
+        unsafe { event.remote_gid.as_mut_ptr().cast::<[u64; 2]>().write(gid) };
+        event.remote |= REMOTE_GID;
+    }
+    true
 }
 
 /// The remote side a modify gives the QP (the transition to RTR carries it):
