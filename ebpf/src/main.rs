@@ -154,9 +154,10 @@ static TASK_COMM_OFFSET: Global<u32> = Global::new(0);
 
 /// The current task's name, written in place (8-byte aligned, as in every
 /// record): two loads from the task, where the kernel's BTF gave the field's
-/// offset, instead of `bpf_get_current_comm()`'s `strscpy()`. The kernel pads
-/// `comm` with zeros (`__set_task_comm()`: `strscpy_pad()`), so both give the
-/// same 16 bytes.
+/// offset, instead of `bpf_get_current_comm()`'s `strscpy()`. Kernels that
+/// rename with `strscpy_pad()` (`__set_task_comm()`) give the helper's 16
+/// bytes; older ones (`strlcpy()`) may leave an old name's tail after the
+/// NUL, which the agent zeroes when it decodes the record.
 #[inline(always)]
 pub(crate) fn current_comm(out: &mut [u8; COMM_LEN]) {
     let offset = TASK_COMM_OFFSET.load();
