@@ -150,17 +150,19 @@ pub const OPEN_FDS_RECOUNT: Duration = Duration::from_secs(5);
 
 /// `process_open_fds`: the size of `/proc/self/fd` at each scrape, or where
 /// the kernel reports none, the last count of a thread listing it.
-struct OpenFds {
-    dir: Arc<FdDir>,
+enum OpenFds {
+    /// Read at each scrape: the size (Linux 6.2 on), or a listing where the
+    /// listing thread could not be started.
+    Scraped(Arc<FdDir>),
     /// The listing thread's last count (`f64` bits; NaN: the listing failed).
-    listed: Option<Arc<AtomicU64>>,
+    Listed(Arc<AtomicU64>),
 }
 
 impl OpenFds {
     fn new() -> Option<Self> {
         let dir = Arc::new(FdDir::open()?);
         if dir.size().is_some() {
-            return Some(Self { dir, listed: None });
+            return Some(Self::Scraped(dir));
         }
         Some(Self::listed_every(dir, OPEN_FDS_RECOUNT))
     }
@@ -178,19 +180,19 @@ impl OpenFds {
                 };
                 listed.store(count_bits(lister.list()), Ordering::Relaxed);
             });
-        // without its thread, each scrape lists the directory itself
-        Self {
-            dir,
-            listed: spawned.is_ok().then_some(listed),
+        match spawned {
+            Ok(_) => Self::Listed(listed),
+            // without its thread, each scrape lists the directory itself
+            Err(_) => Self::Scraped(dir),
         }
     }
 
     fn count(&self) -> Option<f64> {
-        match &self.listed {
-            Some(listed) => {
+        match self {
+            Self::Scraped(dir) => dir.count(),
+            Self::Listed(listed) => {
                 Some(f64::from_bits(listed.load(Ordering::Relaxed))).filter(|n| !n.is_nan())
             }
-            None => self.dir.count(),
         }
     }
 }
