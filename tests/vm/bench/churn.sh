@@ -272,6 +272,14 @@ stats_churn() {
   sysctl -qw kernel.bpf_stats_enabled=1
   churn "$1" --lifecycles "$STATS_LC" --threads 1
 }
+# churn_us NAME: NAME's churn time per lifecycle (µs), printed beside each
+# tool's program time. The tools run in churns of their own, seconds apart,
+# and in a stretch where the host runs the guest slower the churn's own
+# calls and every program slow down together: a repetition whose churn took
+# far longer per lifecycle than the others ran in such a stretch, whichever
+# tool it measured (bench/RESULTS.md round 22; tests/vm/bench/bpf_same_churn
+# measures both tools in one churn).
+churn_us() { jq -r '.churn_elapsed_ns / .counts.lifecycles / 1000 | floor' "$OUT/$1.json"; }
 # stats_cost NAME: bpf_cost NAME, then the statistics off again.
 stats_cost() {
   bpf_cost "$1"
@@ -309,12 +317,12 @@ for rep in $(seq 1 "$STATS_REPS"); do
   stop_bpftrace "stats-d$rep"
   stats_b+=("$(per_lc "$bpf_b")") stats_c+=("$(per_lc "$bpf_c")") stats_d+=("$(per_lc "$bpf_d")")
   stats_ratio+=("$(ratio "$bpf_b" "$bpf_c")")
-  say "BPF run time per lifecycle, repetition $rep ($STATS_LC lifecycles after 50 of warm-up, kernel.bpf_stats_enabled): qpwatch ${stats_b[-1]} us, bpftrace qpwatch.bt ${stats_c[-1]} us, hooks-only ${stats_d[-1]} us; qpwatch/bpftrace ${stats_ratio[-1]}"
+  say "BPF run time per lifecycle, repetition $rep ($STATS_LC lifecycles after 50 of warm-up, kernel.bpf_stats_enabled): qpwatch ${stats_b[-1]} us (its churn $(churn_us "stats-b$rep-0") us per lifecycle), bpftrace qpwatch.bt ${stats_c[-1]} us ($(churn_us "stats-c$rep") us), hooks-only ${stats_d[-1]} us ($(churn_us "stats-d$rep") us); qpwatch/bpftrace ${stats_ratio[-1]}"
   for i in "${!stats_bins[@]}"; do
     [ "$i" -gt 0 ] || continue
     STATS_ALT[$i,us]="${STATS_ALT[$i,us]:-} $(per_lc "${bpf_bins[$i]}")"
     STATS_ALT[$i,ratio]="${STATS_ALT[$i,ratio]:-} $(ratio "${bpf_bins[$i]}" "$bpf_c")"
-    say "  the other build (${stats_bins[$i]}): qpwatch $(per_lc "${bpf_bins[$i]}") us; qpwatch/bpftrace $(ratio "${bpf_bins[$i]}" "$bpf_c")"
+    say "  the other build (${stats_bins[$i]}): qpwatch $(per_lc "${bpf_bins[$i]}") us (its churn $(churn_us "stats-b$rep-$i") us per lifecycle); qpwatch/bpftrace $(ratio "${bpf_bins[$i]}" "$bpf_c")"
   done
   for i in "${!stats_bins[@]}"; do
     say "  b (${stats_bins[$i]}): $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-b$rep-$i.txt")"
