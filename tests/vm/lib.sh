@@ -426,6 +426,13 @@ wait_listener() {
   wait_until "${2:-30}" cm_listening "$1" || fail "$1 server not listening"
 }
 
+# qp_die MODE FILE: tests/vm/lib/qp_die.py on rxe0 in MODE (sq-drained,
+# retry-exceeded), its report in FILE; fails (showing it) unless it exits 0.
+qp_die() {
+  timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 "$1" >"$2" 2>&1 ||
+    { cat "$2" >&2; fail "qp_die.py $1"; }
+}
+
 # rping_once COUNT [rping client flags...]: an rping server and client
 # exchanging COUNT pings; fails unless both exit 0. Logs:
 # $OUT/rping-server.log (appended to), $OUT/rping-client.log.

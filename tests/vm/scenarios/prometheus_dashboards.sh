@@ -78,8 +78,7 @@ log "qp_errors: $(sed 's/ qp [0-9]*//' "$OUT/qp_errors.log" | sort | uniq -c | t
 # QPs that die on their own (retries ran out) and one SQ_DRAINED, for the
 # "Why QPs died" panels and QpwatchQpsDiedUnasked.
 for mode in retry-exceeded sq-drained; do
-  timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 "$mode" >"$OUT/qp_die-$mode.log" 2>&1 ||
-    { cat "$OUT/qp_die-$mode.log" >&2; fail "qp_die.py $mode"; }
+  qp_die "$mode" "$OUT/qp_die-$mode.log"
 done
 # rxe raises SQ_DRAINED from its requester tasklet (req_next_wqe()); where
 # that softirq runs while another kprobe handler or BPF program is active on
@@ -91,8 +90,7 @@ sqd='qpwatch_qp_async_events_total{event="SQ_DRAINED"}'
 for attempt in 2 3; do
   wait_for_metric_at_least "$sqd" 1 10 && break
   log "SQ_DRAINED not seen by the agent; qp_die.py sq-drained again (attempt $attempt)"
-  timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 sq-drained >"$OUT/qp_die-sq-drained-$attempt.log" 2>&1 ||
-    { cat "$OUT/qp_die-sq-drained-$attempt.log" >&2; fail "qp_die.py sq-drained"; }
+  qp_die sq-drained "$OUT/qp_die-sq-drained-$attempt.log"
 done
 
 # One cheap query until the slowest series are there (successful probes in

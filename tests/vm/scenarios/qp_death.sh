@@ -44,7 +44,7 @@ assert_eq "modify edges into ERR (rping)" 2 $(($(into_err "$rping") - $(into_err
 assert_eq "other causes (rping)" 0 $(($(metric "$rping" 'qpwatch_qp_errors_total') - $(metric "$base" 'qpwatch_qp_errors_total') - 2))
 
 # sq-drained
-timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 sq-drained >"$OUT/sq-drained.txt" 2>&1 || { cat "$OUT/sq-drained.txt" >&2; fail "qp_die.py sq-drained"; }
+qp_die sq-drained "$OUT/sq-drained.txt"
 cat "$OUT/sq-drained.txt" >&2
 seen=$(awk -F= '$1 == "sq_drained" { print $2 }' "$OUT/sq-drained.txt")
 assert_eq "SQ_DRAINED events the owner read" 1 "$seen"
@@ -57,7 +57,7 @@ assert_eq "entries into ERR after SQ_DRAINED" 0 "$(delta "$rping" "$sqd" 'qpwatc
 # retry-exceeded
 HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
 exceeded0=$(cat "$HW/retry_exceeded_err") retries0=$(cat "$HW/completer_retry_err")
-timeout 60 /usr/bin/python3 -u "$REPO/tests/vm/lib/qp_die.py" rxe0 retry-exceeded >"$OUT/retry-exceeded.txt" 2>&1 || { cat "$OUT/retry-exceeded.txt" >&2; fail "qp_die.py retry-exceeded"; }
+qp_die retry-exceeded "$OUT/retry-exceeded.txt"
 cat "$OUT/retry-exceeded.txt" >&2
 assert_eq "the owner's completion: IBV_WC_RETRY_EXC_ERR" 1 "$(awk -F= '$1 == "retry_exc_err" { print $2 }' "$OUT/retry-exceeded.txt")"
 assert_eq "the owner's QP after it: ERR" 1 "$(awk -F= '$1 == "qp_state_is_err" { print $2 }' "$OUT/retry-exceeded.txt")"
