@@ -15,13 +15,6 @@ REPS=${BENCH_BPF_REPS:-6}
 LC=${BENCH_BPF_LIFECYCLES:-1000}
 on_exit 'sysctl -qw kernel.bpf_stats_enabled=0'
 prog_ids() { bpftool prog show -j | jq -r '.[].id' | sort; }
-# cost IDS_FILE: the run time of the programs whose ids are in IDS_FILE, per
-# lifecycle (µs), and "name ns/run x runs" of each that ran.
-cost() {
-  bpftool prog show -j | jq -r --slurpfile ids <(jq -R 'tonumber' "$1") \
-    '.[] | select(.id as $i | $ids | any(. == $i)) | select((.run_cnt // 0) > 0) | "\(.name) \(.run_cnt) \(.run_time_ns)"' |
-    awk -v lc="$LC" '{ t += $3; d = d sprintf("%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3 / $2, $2) } END { printf "%.1f|%s\n", t / lc / 1000, d }'
-}
 start_qpwatch() {
   local before=$OUT/ids-before-b$1
   prog_ids >"$before"
@@ -53,16 +46,14 @@ for rep in $(seq 1 "$REPS"); do
   churn "w$rep" --lifecycles 50 --threads 1
   sysctl -qw kernel.bpf_stats_enabled=1
   churn "s$rep" --lifecycles "$LC" --threads 1
-  b=$(cost "$OUT/ids-b$rep")
-  c=$(cost "$OUT/ids-c$rep")
+  b=$(bpf_cost "b$rep" "$OUT/ids-b$rep") c=$(bpf_cost "c$rep" "$OUT/ids-c$rep")
   sysctl -qw kernel.bpf_stats_enabled=0
   stop_bpftrace "c$rep"
   stop_agent
-  per_lc=$(jq -r '.churn_elapsed_ns / .counts.lifecycles / 1000 | floor' "$OUT/s$rep.json")
-  qpwatch_us+=("${b%%|*}") bpftrace_us+=("${c%%|*}")
-  ratios+=("$(awk -v b="${b%%|*}" -v c="${c%%|*}" 'BEGIN { printf "%.3f", b / c }')")
-  say "repetition $rep ($order; the churn $per_lc us per lifecycle): qpwatch ${b%%|*} us, bpftrace ${c%%|*} us per lifecycle; qpwatch/bpftrace ${ratios[-1]}"
-  say "  qpwatch: ${b#*|}"
-  say "  bpftrace: ${c#*|}"
+  qpwatch_us+=("$(us_per_lifecycle "$b" "$LC")") bpftrace_us+=("$(us_per_lifecycle "$c" "$LC")")
+  ratios+=("$(ratio "$b" "$c")")
+  say "repetition $rep ($order; the churn $(churn_us "s$rep") us per lifecycle): qpwatch ${qpwatch_us[-1]} us, bpftrace ${bpftrace_us[-1]} us per lifecycle; qpwatch/bpftrace ${ratios[-1]}"
+  say "  qpwatch: $(bpf_cost_detail "b$rep")"
+  say "  bpftrace: $(bpf_cost_detail "c$rep")"
 done
 say "BPF program time in the same churn, median of $REPS: qpwatch $(median "${qpwatch_us[@]}") us, bpftrace $(median "${bpftrace_us[@]}") us; qpwatch/bpftrace $(median "${ratios[@]}") (each: ${ratios[*]})"

@@ -256,15 +256,10 @@ fi
 
 # --- in-kernel cost per program call: BPF run-time statistics (they slow
 # every program a little, so none of the timed runs above has them on)
-# bpf_cost NAME: "name run_cnt ns/run" of every program that ran, and the total ns
-bpf_cost() {
-  bpftool prog show -j | jq -r '.[] | select((.run_cnt // 0) > 0) | "\(.name) \(.run_cnt) \(.run_time_ns / .run_cnt | floor) \(.run_time_ns)"' >"$OUT/bpf-$1.txt"
-  awk '{ s += $4 } END { printf "%.0f\n", s }' "$OUT/bpf-$1.txt"
-}
 STATS_LC=${BENCH_BPF_LIFECYCLES:-1000}
 STATS_REPS=${BENCH_BPF_REPS:-3}
 on_exit 'sysctl -qw kernel.bpf_stats_enabled=0'
-per_lc() { awk -v ns="$1" -v n="$STATS_LC" 'BEGIN { printf "%.1f", ns / n / 1000 }'; }
+per_lc() { us_per_lifecycle "$1" "$STATS_LC"; }
 # stats_churn NAME: a warm-up churn, then STATS_LC lifecycles with the BPF
 # run-time statistics on. Under TCG the first calls of a freshly loaded
 # program include translating its JIT code (hundreds of µs, counted in
@@ -280,14 +275,6 @@ stats_churn() {
   sysctl -qw kernel.bpf_stats_enabled=1
   churn "$1" --lifecycles "$STATS_LC" --threads 1
 }
-# churn_us NAME: NAME's churn time per lifecycle (µs), printed beside each
-# tool's program time. The tools run in churns of their own, seconds apart,
-# and in a stretch where the host runs the guest slower the churn's own
-# calls and every program slow down together: a repetition whose churn took
-# far longer per lifecycle than the others ran in such a stretch, whichever
-# tool it measured (bench/RESULTS.md round 22; tests/vm/bench/bpf_same_churn
-# measures both tools in one churn).
-churn_us() { jq -r '.churn_elapsed_ns / .counts.lifecycles / 1000 | floor' "$OUT/$1.json"; }
 # stats_cost NAME: bpf_cost NAME, then the statistics off again.
 stats_cost() {
   bpf_cost "$1"
@@ -333,9 +320,9 @@ for rep in $(seq 1 "$STATS_REPS"); do
     say "  the other build (${stats_bins[$i]}): qpwatch $(per_lc "${bpf_bins[$i]}") us (its churn $(churn_us "stats-b$rep-$i") us per lifecycle); qpwatch/bpftrace $(ratio "${bpf_bins[$i]}" "$bpf_c")"
   done
   for i in "${!stats_bins[@]}"; do
-    say "  b (${stats_bins[$i]}): $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-b$rep-$i.txt")"
+    say "  b (${stats_bins[$i]}): $(bpf_cost_detail "b$rep-$i")"
   done
-  say "  c: $(awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-c$rep.txt")"
+  say "  c: $(bpf_cost_detail "c$rep")"
 done
 BPF_B=$(median "${stats_b[@]}") BPF_C=$(median "${stats_c[@]}") BPF_D=$(median "${stats_d[@]}")
 BPF_RATIO=$(median "${stats_ratio[@]}")

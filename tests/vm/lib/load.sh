@@ -154,6 +154,32 @@ qp_offsets() {
     grep -xE '[0-9]+ [0-9]+ [0-9]+'
 }
 
+# bpf_cost NAME [IDS_FILE]: "name run_cnt ns/run run_time_ns" of every BPF
+# program that ran (with IDS_FILE, one id a line, only those) into
+# $OUT/bpf-NAME.txt, from the kernel's run-time statistics
+# (kernel.bpf_stats_enabled); prints their total run time (ns).
+bpf_cost() {
+  local ids=null
+  [ -z "${2:-}" ] || ids=$(jq -R 'tonumber' "$2" | jq -sc .)
+  bpftool prog show -j | jq -r --argjson ids "$ids" '.[] | select((.run_cnt // 0) > 0)
+    | select($ids == null or (.id as $id | $ids | any(. == $id)))
+    | "\(.name) \(.run_cnt) \(.run_time_ns / .run_cnt | floor) \(.run_time_ns)"' >"$OUT/bpf-$1.txt"
+  awk '{ s += $4 } END { printf "%.0f\n", s }' "$OUT/bpf-$1.txt"
+}
+
+# bpf_cost_detail NAME: bpf_cost NAME's programs, "name N ns x RUNS; ...".
+bpf_cost_detail() { awk '{ printf "%s%s %d ns x %d", (NR > 1 ? "; " : ""), $1, $3, $2 }' "$OUT/bpf-$1.txt"; }
+
+# us_per_lifecycle NS LIFECYCLES: NS spread over LIFECYCLES, in µs (one decimal).
+us_per_lifecycle() { awk -v ns="$1" -v n="$2" 'BEGIN { printf "%.1f", ns / n / 1000 }'; }
+
+# churn_us NAME: the churn NAME's time per lifecycle (µs, from qp-churn's
+# report). Benchmarks print it beside a tool's BPF time: in a stretch where
+# the host runs the guest slower, the churn's own calls and every program
+# slow down together, so a repetition whose churn took far longer per
+# lifecycle than the others ran in such a stretch (bench/RESULTS.md round 22).
+churn_us() { jq -r '.churn_elapsed_ns / .counts.lifecycles / 1000 | floor' "$OUT/$1.json"; }
+
 # say TEXT...: a line of a benchmark's figures, to stderr and $OUT/summary.txt.
 say() { echo "$*" | tee -a "$OUT/summary.txt" >&2; }
 
